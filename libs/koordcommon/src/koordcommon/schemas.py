@@ -1,0 +1,338 @@
+"""Message schemas of the bus (DESIGN.md section 2).
+
+Every message carries `schema` (name and version), `ts` (UTC epoch milliseconds),
+`source` and a per-source sequence number `seq`. Unknown fields are ignored; anything
+that fails validation raises `SchemaError`, the one error type consumers dead-letter on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .model import PriorityClass, QoSClass
+from .resources import Resources
+
+
+class SchemaError(ValueError):
+    """A message that cannot be decoded or does not match its schema."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SchemaId(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    name: str
+    version: int
+
+
+class Payload(BaseModel):
+    """Base of nested payload parts: unknown fields ignored."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class Message(Payload):
+    SCHEMA: ClassVar[str] = "Message"
+    VERSION: ClassVar[int] = 1
+
+    schema_: SchemaId | None = Field(default=None, alias="schema")
+    ts: int = Field(default_factory=now_ms, description="UTC epoch milliseconds")
+    source: str = ""
+    seq: int = 0
+
+    @model_validator(mode="after")
+    def _check_schema(self):
+        if self.schema_ is None:
+            self.schema_ = SchemaId(name=self.SCHEMA, version=self.VERSION)
+        elif self.schema_.name != self.SCHEMA:
+            raise ValueError(f"schema {self.schema_.name!r} is not {self.SCHEMA!r}")
+        elif self.schema_.version > self.VERSION:
+            raise ValueError(f"{self.SCHEMA} version {self.schema_.version} is newer than supported {self.VERSION}")
+        return self
+
+    @property
+    def msg_id(self) -> str:
+        """Idempotency key: JetStream de-duplicates publishes and stores key rows on it."""
+        return f"{self.source}:{self.seq}"
+
+    def encode(self) -> bytes:
+        return self.model_dump_json(by_alias=True).encode()
+
+
+M = TypeVar("M", bound=Message)
+
+
+def decode(cls: type[M], data: bytes | str) -> M:
+    """Decode one message; raise SchemaError with a readable reason on any failure."""
+    try:
+        return cls.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "<root>"
+        raise SchemaError(f"invalid {cls.SCHEMA}: {where}: {first.get('msg')}") from None
+    except (ValueError, TypeError) as exc:
+        raise SchemaError(f"undecodable {cls.SCHEMA}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+class Owner(Payload):
+    kind: str = ""
+    name: str = ""
+
+
+class ContainerUsage(Payload):
+    name: str
+    requests: Resources = Resources()
+    limits: Resources = Resources()
+    usage: Resources = Resources()
+
+
+class PodUsage(Payload):
+    uid: str
+    namespace: str
+    name: str
+    owner: Owner | None = None
+    qos: QoSClass = QoSClass.NONE
+    priority_class: PriorityClass = PriorityClass.NONE
+    priority: int | None = None
+    requests: Resources = Resources()
+    limits: Resources = Resources()
+    batch_requests: Resources = Resources()  # koordinator.sh/batch-cpu (milli) / batch-memory
+    usage: Resources = Resources()
+    containers: list[ContainerUsage] = []
+
+
+class NodeMetricSample(Message):
+    """Node and pod usage averaged over the last report interval."""
+
+    SCHEMA: ClassVar[str] = "NodeMetricSample"
+    node: str
+    window_s: float = 10.0
+    capacity: Resources = Resources()
+    allocatable: Resources = Resources()
+    node_usage: Resources
+    system_usage: Resources = Resources()
+    pods: list[PodUsage] = []
+    extensions: dict[str, Any] = {}  # psi, throttling: optional, collector stores as-is
+
+
+class AggregatedUsage(Payload):
+    """avg/p50/p90/p95/p99 over one window; None when samples cover less than half of it."""
+
+    duration_s: int
+    avg: Resources | None = None
+    p50: Resources | None = None
+    p90: Resources | None = None
+    p95: Resources | None = None
+    p99: Resources | None = None
+
+
+class PodMetric(Payload):
+    uid: str
+    namespace: str
+    name: str
+    owner: Owner | None = None
+    qos: QoSClass = QoSClass.NONE
+    priority_class: PriorityClass = PriorityClass.NONE
+    priority: int | None = None
+    requests: Resources = Resources()
+    limits: Resources = Resources()
+    usage: Resources  # average over the aggregate window
+    aggregated: list[AggregatedUsage] = []
+
+
+class HostApplicationMetric(Payload):
+    name: str
+    priority_class: PriorityClass = PriorityClass.PROD
+    qos: QoSClass = QoSClass.LS
+    usage: Resources = Resources()
+
+
+class NodeMetric(Message):
+    """Koordinator's NodeMetric status: what the slo-controller, extender and descheduler read."""
+
+    SCHEMA: ClassVar[str] = "NodeMetric"
+    node: str
+    aggregate_duration_s: int = 300
+    report_interval_s: int = 60
+    capacity: Resources = Resources()
+    allocatable: Resources = Resources()
+    node_usage: Resources  # average over aggregate_duration_s
+    system_usage: Resources = Resources()  # node usage - pods - host apps, not below 0
+    aggregated_node_usages: list[AggregatedUsage] = []
+    aggregated_system_usages: list[AggregatedUsage] = []
+    pods: list[PodMetric] = []
+    host_applications: list[HostApplicationMetric] = []
+    prod_reclaimable: Resources | None = None
+    prod_peak: Resources | None = None
+
+    @property
+    def update_time_ms(self) -> int:
+        return self.ts
+
+
+# --------------------------------------------------------------------------- node resources
+
+
+class NodeResource(Message):
+    """Batch and mid allocatable the slo-controller computed for a node, with its inputs."""
+
+    SCHEMA: ClassVar[str] = "NodeResource"
+    node: str
+    batch: Resources | None = None  # None: removed (degraded or disabled)
+    mid: Resources | None = None
+    degraded: bool = False
+    reason: str = ""
+    written: bool = False  # node status was patched in this round
+    metric_ts: int | None = None  # ts of the NodeMetric used
+    inputs: dict[str, Any] = {}
+    messages: list[str] = []
+
+
+# --------------------------------------------------------------------------- NodeSLO
+# Field names are Koordinator's (camelCase) so users can bring their ConfigMaps as-is.
+
+
+class ResourceThresholdStrategy(Payload):
+    enable: bool = False
+    cpuSuppressThresholdPercent: int = 65
+    cpuSuppressPolicy: str = "cpuset"  # cpuset | cfsQuota
+    memoryEvictThresholdPercent: int = 70
+    memoryEvictLowerPercent: int | None = None  # threshold - 2 when unset
+    cpuEvictPolicy: str = "evictByRealLimit"
+    cpuEvictBESatisfactionUpperPercent: int | None = None
+    cpuEvictBESatisfactionLowerPercent: int | None = None
+    cpuEvictBEUsageThresholdPercent: int | None = None  # 90 when unset
+    cpuEvictTimeWindowSeconds: int | None = None
+
+
+class CPUQOS(Payload):
+    enable: bool = False
+    groupIdentity: int | None = None
+
+
+class MemoryQOS(Payload):
+    enable: bool = False
+    minLimitPercent: int = 0
+    lowLimitPercent: int = 0
+    throttlingPercent: int = 0
+    wmarkRatio: int = 0
+    wmarkScalePermill: int = 0
+    wmarkMinAdj: int = 0
+    priorityEnable: int = 0
+    priority: int = 0
+    oomKillGroup: int = 0
+
+
+class ResourceQOS(Payload):
+    cpuQOS: CPUQOS = CPUQOS()
+    memoryQOS: MemoryQOS = MemoryQOS()
+
+
+def _qos(gi: int, wmark_ratio: int, permill: int, min_adj: int) -> ResourceQOS:
+    return ResourceQOS(
+        cpuQOS=CPUQOS(groupIdentity=gi),
+        memoryQOS=MemoryQOS(wmarkRatio=wmark_ratio, wmarkScalePermill=permill, wmarkMinAdj=min_adj),
+    )
+
+
+class ResourceQOSStrategy(Payload):
+    policies: dict[str, str] = {"cpuPolicy": "groupIdentity"}
+    lsrClass: ResourceQOS = Field(default_factory=lambda: _qos(2, 95, 20, -25))
+    lsClass: ResourceQOS = Field(default_factory=lambda: _qos(2, 95, 20, -25))
+    beClass: ResourceQOS = Field(default_factory=lambda: _qos(-1, 95, 20, 50))
+    systemClass: ResourceQOS = Field(default_factory=lambda: _qos(0, 0, 50, 0))
+
+
+class CPUBurstStrategy(Payload):
+    policy: str = "none"  # none | cpuBurstOnly | cfsQuotaBurstOnly | auto
+    cpuBurstPercent: int = 1000
+    cfsQuotaBurstPercent: int = 300
+    cfsQuotaBurstPeriodSeconds: int = -1
+    sharePoolThresholdPercent: int = 50
+
+
+class NodeSLOSpec(Payload):
+    resourceUsedThresholdWithBE: ResourceThresholdStrategy = ResourceThresholdStrategy()
+    resourceQOSStrategy: ResourceQOSStrategy = ResourceQOSStrategy()
+    cpuBurstStrategy: CPUBurstStrategy = CPUBurstStrategy()
+    extensions: dict[str, Any] = {}
+
+
+class NodeSLO(Message):
+    SCHEMA: ClassVar[str] = "NodeSLO"
+    node: str
+    spec: NodeSLOSpec = NodeSLOSpec()
+
+
+# --------------------------------------------------------------------------- recommendations
+
+
+class UsageProfile(Payload):
+    """Percentiles of usage over one window (1h, 1d, 7d)."""
+
+    window_s: int
+    p50: Resources | None = None
+    p90: Resources | None = None
+    p95: Resources | None = None
+    p99: Resources | None = None
+    max: Resources | None = None
+
+
+class ContainerRecommendation(Payload):
+    container: str
+    target: Resources
+    lower_bound: Resources
+    upper_bound: Resources
+    current_requests: Resources | None = None
+    profiles: list[UsageProfile] = []
+    diurnal_cpu_milli: list[int] = []  # 24 hourly p90 buckets
+    diurnal_memory_bytes: list[int] = []
+
+
+class Recommendation(Message):
+    SCHEMA: ClassVar[str] = "Recommendation"
+    namespace: str
+    owner_kind: str
+    owner_name: str
+    containers: list[ContainerRecommendation] = []
+
+
+# --------------------------------------------------------------------------- events, dead letters
+
+
+class Event(Message):
+    """An auditable action (suppress, evict, burst, deschedule, mutate, schedule)."""
+
+    SCHEMA: ClassVar[str] = "Event"
+    kind: str
+    node: str = ""
+    action: str
+    reason: str = ""
+    dry_run: bool = False
+    target: dict[str, Any] = {}  # pod {namespace, name, uid} or cgroup {path, file}
+    details: dict[str, Any] = {}
+
+
+class DeadLetter(Message):
+    SCHEMA: ClassVar[str] = "DeadLetter"
+    service: str
+    subject: str
+    reason: str
+    raw_b64: str  # the original bytes, base64
+    headers: dict[str, str] = {}
+
+
+class SimMutation(Message):
+    """One change to the simulated cluster; every replica applies them in stream order."""
+
+    SCHEMA: ClassVar[str] = "SimMutation"
+    op: str
+    payload: dict[str, Any] = {}

@@ -1,0 +1,1 @@
+"""Test support shared by every package: real NATS and database fixtures (a pytest plugin)."""
