@@ -70,6 +70,7 @@ class PodRecord:
     overhead: ResourceList = field(default_factory=dict)
     kube_qos: str | None = None  # status.qosClass when the API reported it
     volume_kinds: list[str] = field(default_factory=list)  # e.g. ["emptyDir", "hostPath", "persistentVolumeClaim"]
+    container_ids: dict[str, str] = field(default_factory=dict)  # name -> status containerID ("containerd://<id>")
     created_ms: int = 0
     start_ms: int | None = None
     deletion_ms: int | None = None
@@ -94,9 +95,13 @@ class PodRecord:
         return _sum_lists([total, self.overhead]) if self.overhead else total
 
     def limits(self) -> ResourceList:
+        """Kubernetes PodLimits: like requests, but overhead only adds to limits that are set."""
         total = _sum_lists(c.limits for c in self.containers)
         for ic in self.init_containers:
             total = _max_lists(total, ic.limits)
+        for k, v in self.overhead.items():
+            if k in total:
+                total[k] += v
         return total
 
     def request_resources(self) -> Resources:
@@ -131,7 +136,8 @@ class PodRecord:
                 req, lim = c.requests.get(res), c.limits.get(res)
                 if req or lim:
                     any_set = True
-                if lim is None or (req is not None and req != lim):
+                # A zero limit counts as unset, as in Kubernetes' ComputePodQOS.
+                if not lim or (req is not None and req != lim):
                     guaranteed = False
         if not any_set:
             return KubeQoS.BEST_EFFORT
