@@ -20,6 +20,7 @@ from koordcommon.records import ContainerSpec, PodRecord
 from koordcommon.resources import Resources, batch_cpu, batch_memory
 from koordcommon.schemas import NodeMetric
 
+from .driver import SimDriver
 from .launcher import DemoPlan, Launcher, tail
 from .render import cores, gib
 
@@ -51,7 +52,6 @@ class Demo:
         self.cluster: SimCluster | None = None
         self.metrics: dict[str, NodeMetric] = {}
         self.checks: list[CheckResult] = []
-        self.placed: dict[str, str] = {}
 
     # ------------------------------------------------------------------ views
 
@@ -105,17 +105,6 @@ class Demo:
         async for d in self.bus.tail(subjects.NODEMETRIC_STREAM, "koord.nodemetric.>", NodeMetric, deliver="last_per_subject"):
             self.metrics[d.msg.node] = d.msg
 
-    async def schedule_pending(self, scheduler: ExtenderScheduler) -> None:
-        """kube-scheduler's part: place pending pods through the extender."""
-        assert self.cluster is not None
-        while True:
-            pending = [p for p in await self.cluster.list_pods() if p.node_name is None and p.phase == "Pending"]
-            for pod in pending:
-                result = await scheduler.schedule(pod)
-                if result.node:
-                    self.placed[pod.key] = result.node
-            await asyncio.sleep(1.0)
-
     # ------------------------------------------------------------------ the end-to-end check
 
     async def batch_pod_check(self, scheduler: ExtenderScheduler, deadline: float) -> CheckResult:
@@ -136,10 +125,11 @@ class Demo:
             labels={"koordinator.sh/qosClass": "BE"},
             priority=5000,
             priority_class_name="koord-batch",
+            scheduler_name="koord-demo-check",  # placed by this check alone, not the driver's queue
             containers=[ContainerSpec("main", requests=dict(request), limits=dict(request))],
         )
         await self.cluster.create_pod(pod)
-        result = await scheduler.schedule(pod)
+        result = await scheduler.schedule_pod(pod)
         if not result.node:
             return CheckResult("batch pod placed", False, f"unschedulable: {result.reasons}")
         node = await self.cluster.get_node(result.node)
@@ -163,7 +153,7 @@ class Demo:
             console.print(f"[bold]NATS[/] {nats_url} (namespace {launcher.namespace}); data in {launcher.data_dir}")
             self.bus = Bus(nats_url, service="koordctl", namespace=launcher.namespace)
             await self.bus.connect()
-            spec = SimSpec(nodes=self.plan.nodes, start_ms=int(time.time() * 1000), speed=self.plan.speed)
+            spec = SimSpec(nodes=self.plan.nodes, speed=self.plan.speed, batch_stream=True)
             self.cluster = SimCluster(spec, bus=self.bus, genesis=True)
             await self.cluster.start()
             console.print(f"[bold]sim cluster[/] {self.plan.nodes} nodes driven by the real traces")
@@ -192,9 +182,11 @@ class Demo:
                 console.print(f"  {name:20s} {url}")
 
             extender = urls["scheduler-extender"]
-            scheduler = ExtenderScheduler(self.cluster, extender, node_cache_capable=True)
+            driver = SimDriver(self.cluster, extender)
+            scheduler = driver.scheduler
+            stop = asyncio.Event()
             tasks.append(asyncio.create_task(self.follow_metrics()))
-            tasks.append(asyncio.create_task(self.schedule_pending(scheduler)))
+            tasks.append(asyncio.create_task(driver.run(stop, batch_stream=True)))
 
             check_task = asyncio.create_task(self.batch_pod_check(scheduler, time.monotonic() + 120))
             end = time.monotonic() + duration_s if duration_s else None

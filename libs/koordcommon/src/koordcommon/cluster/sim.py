@@ -1,0 +1,409 @@
+"""The simulated cluster backend: the whole cluster in memory, driven by real traces.
+
+Local mode (`SimCluster(spec)`): mutations apply at once. Bus mode (`SimCluster(bus=bus)`):
+every mutation is published as a `SimMutation` on `koord.sim.<op>` (stream KOORD_SIM) and
+applied by every replica, the writer included, as it comes back from the stream, so all
+processes hold the same cluster. The first message is `genesis`, carrying the resolved spec
+(with the wall-clock anchor, so every process computes the same simulated time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import subjects
+from ..records import NodeRecord, PodRecord
+from ..resources import Resources
+from ..schemas import SimMutation
+from . import sim_batch
+from .port import ClusterEvent, EvictionOutcome, EvictionResult
+from .sim_codec import pod_to_dict
+from .sim_spec import SimClock, SimSpec
+from .sim_state import PDB_KIND, MutationError, SimState
+
+__all__ = ["PDB_KIND", "MutationError", "SimClock", "SimCluster", "SimSpec", "UsageSnapshot"]
+
+log = logging.getLogger(__name__)
+SIM_FILTER = f"{subjects.PREFIX}.sim.>"
+APPLY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class UsageSnapshot:
+    node: str
+    t_ms: int
+    node_usage: Resources  # pods + system
+    system_usage: Resources
+    pods: dict[str, Resources]  # pod key -> usage
+
+
+class _Replicator:
+    """Publishes mutations and feeds the stream, in order, to `apply`."""
+
+    def __init__(self, bus: Any, apply):
+        self.bus = bus
+        self.apply = apply
+        self.caught_up = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._waiters: dict[str, asyncio.Future] = {}
+
+    async def start(self) -> None:
+        await self.bus.ensure_streams(subjects.SIM_STREAM)
+        self._task = asyncio.create_task(self._run(), name="sim-replicator")
+        self._task.add_done_callback(self._report_end)
+
+    @staticmethod
+    def _report_end(task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sim replicator stopped", extra={"error": repr(task.exception())})
+
+    async def _run(self) -> None:
+        async for d in self.bus.tail(subjects.SIM_STREAM, SIM_FILTER, SimMutation, deliver="all"):
+            waiter = self._waiters.pop(d.msg.msg_id, None)
+            try:
+                result = await self.apply(d.msg.op, d.msg.payload)
+            except Exception as exc:  # noqa: BLE001 - a bad mutation fails its writer, never the replica
+                if not isinstance(exc, MutationError):
+                    log.warning("sim mutation failed", extra={"op": d.msg.op, "error": repr(exc)})
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(exc)
+            else:
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(result)
+            if d.pending == 0:
+                self.caught_up.set()
+
+    async def publish(self, op: str, payload: dict[str, Any]) -> Any:
+        msg = self.bus.stamp(SimMutation(op=op, payload=payload))
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[msg.msg_id] = fut
+        try:
+            await self.bus.publish(subjects.sim(op), msg)
+            return await asyncio.wait_for(fut, APPLY_TIMEOUT_S)
+        finally:
+            self._waiters.pop(msg.msg_id, None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+class SimCluster:
+    """ClusterPort over an in-memory cluster (see module doc).
+
+    Records handed out are the replica's own objects: a change replaces them, never edits
+    them, so they stay consistent snapshots, but callers must treat them as read-only.
+    """
+
+    def __init__(
+        self,
+        spec: SimSpec | dict[str, Any] | None = None,
+        bus: Any = None,
+        genesis: bool = False,
+        clock: SimClock | None = None,
+    ):
+        if isinstance(spec, dict):
+            spec = SimSpec.model_validate(spec)
+        self._bus = bus
+        self._publish_genesis = genesis
+        self._clock_override = clock
+        self._watchers: set[asyncio.Queue] = set()
+        self._genesis_seen = asyncio.Event() if bus is not None else None
+        self._replicator: _Replicator | None = None
+        if bus is None:
+            self.spec = (spec or SimSpec()).resolved()
+            self.state = SimState.from_spec(self.spec)
+            self.clock = clock or SimClock.of(self.spec)
+        else:
+            self.spec = spec.resolved() if spec is not None else None
+            self.state = SimState()
+            self.clock = clock
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @staticmethod
+    async def publish_genesis(bus: Any, spec: SimSpec | dict[str, Any]) -> SimSpec:
+        """Start (or restart) the shared simulated cluster: every replica rebuilds from `spec`."""
+        spec = (SimSpec.model_validate(spec) if isinstance(spec, dict) else spec).resolved()
+        await bus.ensure_streams(subjects.SIM_STREAM)
+        await bus.publish(subjects.sim("genesis"), bus.stamp(SimMutation(op="genesis", payload={"spec": spec.model_dump()})))
+        return spec
+
+    async def start(self) -> None:
+        if self._bus is None:
+            return
+        self._replicator = _Replicator(self._bus, self._apply_from_stream)
+        await self._replicator.start()
+        if self._publish_genesis and self.spec is not None:
+            await self._replicator.publish("genesis", {"spec": self.spec.model_dump()})
+        await self._genesis_seen.wait()
+        await self._replicator.caught_up.wait()
+
+    async def close(self) -> None:
+        if self._replicator is not None:
+            await self._replicator.close()
+        for q in list(self._watchers):
+            q.put_nowait(None)
+
+    @property
+    def started(self) -> bool:
+        return self._bus is None or (self._genesis_seen is not None and self._genesis_seen.is_set())
+
+    def now_ms(self) -> int:
+        if self.clock is None:
+            raise RuntimeError("the simulated cluster has no genesis yet; await start() first")
+        return self.clock.now_ms()
+
+    # ------------------------------------------------------------------ applying
+
+    def _dispatch(self, events: list[ClusterEvent]) -> None:
+        if not self._watchers:
+            return
+        for q in self._watchers:
+            for e in events:
+                q.put_nowait(e)
+
+    async def _apply_from_stream(self, op: str, payload: dict[str, Any]) -> Any:
+        if op == "genesis":
+            spec = SimSpec.model_validate(payload.get("spec") or {}).resolved()
+            # building 1,000 nodes takes a moment: keep the event loop (health checks) responsive
+            fresh = await asyncio.to_thread(SimState.from_spec, spec)
+            self.state = fresh
+            self.spec = spec
+            self.clock = self._clock_override or SimClock.of(spec)
+            self._genesis_seen.set()
+            self._dispatch([ClusterEvent("ADDED", "Node", n) for n in fresh.nodes.values()])
+            self._dispatch([ClusterEvent("ADDED", "Pod", p) for p in fresh.pods.values()])
+            return spec
+        if not self._genesis_seen.is_set():
+            log.warning("sim mutation before genesis ignored", extra={"op": op})
+            return None
+        result, events = self.state.apply(op, payload)
+        self._dispatch(events)
+        return result
+
+    async def _mutate(self, op: str, payload: dict[str, Any]) -> Any:
+        if self._bus is None:
+            result, events = self.state.apply(op, payload)
+            self._dispatch(events)
+            return result
+        if self._replicator is None:
+            raise RuntimeError("SimCluster.start() must be awaited before changing the cluster")
+        return await self._replicator.publish(op, payload)
+
+    # ------------------------------------------------------------------ reads (ClusterPort)
+
+    async def list_nodes(self) -> list[NodeRecord]:
+        return list(self.state.nodes.values())
+
+    async def get_node(self, name: str) -> NodeRecord | None:
+        return self.state.nodes.get(name)
+
+    async def list_pods(self, node_name: str | None = None, namespace: str | None = None) -> list[PodRecord]:
+        pods = self.state.pods_on(node_name) if node_name is not None else list(self.state.pods.values())
+        if namespace is not None:
+            pods = [p for p in pods if p.namespace == namespace]
+        return pods
+
+    async def get_pod(self, namespace: str, name: str) -> PodRecord | None:
+        return self.state.pods.get(f"{namespace}/{name}")
+
+    def watch(self) -> AsyncIterator[ClusterEvent]:
+        queue: asyncio.Queue = asyncio.Queue()
+        self._watchers.add(queue)  # registered now, so "from now on" holds before the first await
+
+        async def events() -> AsyncIterator[ClusterEvent]:
+            try:
+                while True:
+                    e = await queue.get()
+                    if e is None:
+                        return
+                    yield e
+            finally:
+                self._watchers.discard(queue)
+
+        return events()
+
+    async def resolve_workload(self, pod: PodRecord) -> tuple[str, str]:
+        return self.state.resolve_workload(pod)
+
+    # ------------------------------------------------------------------ writes (ClusterPort)
+
+    async def patch_node_status(
+        self, name: str, set_resources: dict[str, int], remove_resources: list[str] = ()
+    ) -> NodeRecord:
+        return await self._mutate(
+            "node_status",
+            {"name": name, "set": {k: int(v) for k, v in set_resources.items()}, "remove": list(remove_resources)},
+        )
+
+    async def evict_pod(
+        self, namespace: str, name: str, reason: str = "", dry_run: bool = False, grace_period_s: int | None = None
+    ) -> EvictionResult:
+        if dry_run:
+            return self.state.eviction_decision(namespace, name)
+        if f"{namespace}/{name}" not in self.state.pods:
+            return EvictionResult(EvictionOutcome.NOT_FOUND, f'pods "{name}" not found')
+        return await self._mutate(
+            "pod_evicted",
+            {
+                "namespace": namespace,
+                "name": name,
+                "reason": reason,
+                "grace_period_s": grace_period_s,
+                "t_ms": self.now_ms(),
+            },
+        )
+
+    async def create_pod(self, pod: PodRecord) -> PodRecord:
+        data = pod_to_dict(pod)
+        if not data.get("uid"):
+            data["uid"] = str(uuid.uuid4())
+        now = self.now_ms()
+        data["created_ms"] = data.get("created_ms") or now
+        return await self._mutate("pod_created", {"pod": data, "t_ms": now})
+
+    async def bind_pod(self, namespace: str, name: str, node_name: str, uid: str = "") -> None:
+        await self._mutate(
+            "pod_bound", {"namespace": namespace, "name": name, "node": node_name, "uid": uid, "t_ms": self.now_ms()}
+        )
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        await self._mutate("pod_deleted", {"namespace": namespace, "name": name, "t_ms": self.now_ms()})
+
+    async def set_pod_phase(self, namespace: str, name: str, phase: str) -> PodRecord:
+        """Sim only: a pod finishing (Succeeded/Failed) or turning unready (Pending)."""
+        return await self._mutate("pod_phase", {"namespace": namespace, "name": name, "phase": phase})
+
+    async def update_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        unschedulable: bool | None = None,
+        ready: bool | None = None,
+    ) -> NodeRecord:
+        """Sim only: replace labels / taints ({key, value, effect}), cordon, mark (not) ready."""
+        return await self._mutate(
+            "node_updated",
+            {"name": name, "labels": labels, "taints": taints, "unschedulable": unschedulable, "ready": ready},
+        )
+
+    async def list_custom(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        store = self.state.custom.get(kind, {})
+        return [o for (ns, _), o in sorted(store.items()) if namespace is None or ns == namespace]
+
+    async def get_custom(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return self.state.custom.get(kind, {}).get((namespace or "", name))
+
+    async def apply_custom(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self._mutate("custom_applied", {"kind": kind, "obj": obj})
+
+    async def delete_custom(self, kind: str, name: str, namespace: str | None = None) -> None:
+        await self._mutate("custom_deleted", {"kind": kind, "name": name, "namespace": namespace or ""})
+
+    async def emit_event(self, involved: dict[str, str], reason: str, message: str, type_: str = "Normal") -> None:
+        await self._mutate(
+            "event",
+            {"involved": dict(involved), "reason": reason, "message": message, "type": type_, "t_ms": self.now_ms()},
+        )
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return list(self.state.events)
+
+    # ------------------------------------------------------------------ batch stream (sim only)
+
+    async def run_batch_stream(self, stop: asyncio.Event | None = None, poll_s: float = 1.0) -> int:
+        """Create the Alibaba 2017 batch arrivals as simulated time passes, and finish (Succeeded,
+        then deleted) stream pods whose trace duration elapsed. Run by one process only (the one
+        that published the genesis); returns the number of pods created when `stop` is set."""
+        if self.spec is None or not self.spec.batch_stream:
+            return 0
+        created = 0
+        last = self.now_ms()
+        while stop is None or not stop.is_set():
+            now = self.now_ms()
+            for pod in await asyncio.to_thread(sim_batch.batch_arrivals, self.spec, last, now):
+                if pod.key not in self.state.pods:
+                    try:
+                        await self.create_pod(pod)
+                        created += 1
+                    except MutationError:
+                        pass  # created concurrently by an earlier run
+            for pod in await self.list_pods(namespace=sim_batch.BATCH_NAMESPACE):
+                if sim_batch.finished(pod, now):
+                    try:
+                        await self.set_pod_phase(pod.namespace, pod.name, "Succeeded")
+                        await self.delete_pod(pod.namespace, pod.name)
+                    except MutationError:
+                        pass
+            last = now
+            if stop is None:
+                await asyncio.sleep(poll_s)
+            else:
+                try:
+                    await asyncio.wait_for(stop.wait(), poll_s)
+                except TimeoutError:
+                    pass
+        return created
+
+    # ------------------------------------------------------------------ usage (sim only)
+
+    async def set_usage_override(
+        self,
+        node: str | None = None,
+        pod_key: str | None = None,
+        factor: float | None = None,
+        cpu_factor: float | None = None,
+        memory_factor: float | None = None,
+        from_ms: int | None = None,
+        to_ms: int | None = None,
+    ) -> None:
+        """Hot spot: multiply the usage of a node's pods (or one pod, `namespace/name`) in [from, to)."""
+        cpu = cpu_factor if cpu_factor is not None else (factor if factor is not None else 1.0)
+        mem = memory_factor if memory_factor is not None else (factor if factor is not None else 1.0)
+        await self._mutate(
+            "usage_override",
+            {"node": node, "pod_key": pod_key, "cpu_factor": cpu, "memory_factor": mem, "from_ms": from_ms, "to_ms": to_ms},
+        )
+
+    async def clear_usage_overrides(self, node: str | None = None, pod_key: str | None = None) -> None:
+        await self._mutate("usage_override_cleared", {"node": node, "pod_key": pod_key})
+
+    def _t(self, t_ms: int | None) -> int:
+        return self.now_ms() if t_ms is None else int(t_ms)
+
+    def pod_usage(self, pod: PodRecord, t_ms: int | None = None) -> Resources:
+        return self.state.pod_usage(pod, self._t(t_ms))
+
+    def container_usage(self, pod: PodRecord, container: str, t_ms: int | None = None) -> Resources:
+        return self.state.container_usage(pod, container, self._t(t_ms))
+
+    def system_usage(self, node: str, t_ms: int | None = None) -> Resources:
+        if node not in self.state.nodes:
+            return Resources()
+        return self.state.usage.system_usage(node, self._t(t_ms))
+
+    def node_usage(self, node: str, t_ms: int | None = None) -> Resources:
+        return self.usage_snapshot(node, t_ms).node_usage
+
+    def usage_snapshot(self, node: str, t_ms: int | None = None) -> UsageSnapshot:
+        """One vectorised evaluation of every running pod on `node` plus its system usage."""
+        t = self._t(t_ms)
+        if node not in self.state.nodes:
+            return UsageSnapshot(node, t, Resources(), Resources(), {})
+        ps, cpu, mem = self.state.node_pod_usage(node, t)
+        system = self.state.usage.system_usage(node, t)
+        total = Resources(int(cpu.sum()) + system.cpu_milli, int(mem.sum()) + system.memory_bytes)
+        pods = {k: Resources(int(c), int(m)) for k, c, m in zip(ps.keys, cpu.tolist(), mem.tolist())}
+        return UsageSnapshot(node, t, total, system, pods)

@@ -1,0 +1,80 @@
+"""What a simulated cluster is made of (`SimSpec`) and how its time runs (`SimClock`)."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIB = 1 << 30
+
+
+class SimSpec(BaseModel):
+    """The whole initial cluster is a pure function of this spec (JSON-serialisable).
+
+    `start_ms` and `wall_anchor_ms` are filled at genesis (`resolved()`), so every replica
+    computes the same simulated time: sim = start + (wall - anchor) x speed.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    nodes: int = Field(20, ge=0)
+    seed: int = 0
+    node_cpu_cores: int = Field(32, ge=1)
+    node_memory_gib: int = Field(128, ge=1)
+    node_max_pods: int = 110
+    kube_reserved_cpu_milli: int = Field(500, ge=0)
+    kube_reserved_memory_bytes: int = Field(GIB, ge=0)
+    online_pods_per_node: int = Field(8, ge=0)
+    mid_pods: int | None = None  # None: one for every fourth node
+    prod_fill_min: float = Field(0.6, gt=0, le=1)  # prod requests / allocatable, drawn per node
+    prod_fill_max: float = Field(0.8, gt=0, le=1)
+    max_pod_fraction: float = Field(0.4, gt=0, le=1)  # one pod's request at most this share of a node
+    max_vms: int = Field(200, ge=1)  # distinct Bitbrains VMs; more pods replay them at other offsets
+    traces_dir: str | None = None
+    start_ms: int | None = None
+    wall_anchor_ms: int | None = None
+    speed: float = Field(1.0, ge=0)  # simulated seconds per wall second
+    batch_stream: bool = False
+    batch_tasks_per_node_hour: float = Field(4.0, ge=0)
+    batch_utilisation: float = Field(0.7, ge=0)  # batch pods use this share of their batch request
+    system_cpu_fraction: float = Field(0.08, ge=0)  # of capacity at 100% machine utilisation
+    system_memory_fraction: float = Field(0.03, ge=0)
+    node_name_prefix: str = "sim-node-"
+
+    def resolved(self, wall_ms: int | None = None) -> SimSpec:
+        wall = int(time.time() * 1000) if wall_ms is None else int(wall_ms)
+        update = {}
+        if self.wall_anchor_ms is None:
+            update["wall_anchor_ms"] = wall
+        if self.start_ms is None:
+            update["start_ms"] = update.get("wall_anchor_ms", self.wall_anchor_ms)
+        return self.model_copy(update=update) if update else self
+
+    def node_name(self, i: int) -> str:
+        width = max(3, len(str(max(self.nodes - 1, 0))))
+        return f"{self.node_name_prefix}{i:0{width}d}"
+
+
+class SimClock:
+    """Simulated epoch milliseconds; runs `speed` times faster than the wall clock."""
+
+    def __init__(self, start_ms: int, speed: float = 1.0, wall_anchor_ms: int | None = None, wall=time.time):
+        self.start_ms = int(start_ms)
+        self.speed = float(speed)
+        self._wall = wall
+        self.wall_anchor_ms = int(wall() * 1000) if wall_anchor_ms is None else int(wall_anchor_ms)
+
+    @classmethod
+    def of(cls, spec: SimSpec, wall=time.time) -> SimClock:
+        spec = spec.resolved()
+        return cls(spec.start_ms or 0, spec.speed, spec.wall_anchor_ms, wall)
+
+    def now_ms(self) -> int:
+        return self.start_ms + int((self._wall() * 1000 - self.wall_anchor_ms) * self.speed)
+
+    def sim_to_wall_s(self, sim_ms: int) -> float:
+        """The wall time (epoch seconds) at which the clock shows `sim_ms`."""
+        if self.speed == 0:
+            return float("inf") if sim_ms > self.start_ms else self._wall()
+        return (self.wall_anchor_ms + (sim_ms - self.start_ms) / self.speed) / 1000

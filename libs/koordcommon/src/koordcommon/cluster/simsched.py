@@ -1,0 +1,305 @@
+"""Drives a scheduler extender exactly as kube-scheduler does (k8s-protocols.md section 1).
+
+One cycle per pending pod: in-tree filter -> POST <urlPrefix>/filter -> (two or more nodes
+left) in-tree LeastAllocated + POST <urlPrefix>/prioritize x weight x 10 -> highest total
+(ties: lowest name, where kube-scheduler picks at random) -> bind through the cluster port.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import httpx
+
+from ..kube_codec import node_to_k8s, pod_to_k8s
+from ..records import NodeRecord, PodRecord, ResourceList
+from . import sim_fit
+
+log = logging.getLogger(__name__)
+MAX_EXTENDER_PRIORITY = 10
+
+
+class ExtenderError(RuntimeError):
+    """The extender failed in a way that fails the scheduling attempt (not 'unschedulable')."""
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    namespace: str
+    name: str
+    node: str | None = None
+    reasons: dict[str, str] = field(default_factory=dict)  # node -> why it was filtered
+    message: str = ""
+    error: str = ""  # an extender/bind failure: the pod stays in the queue
+    scores: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def scheduled(self) -> bool:
+        return self.node is not None
+
+
+def _go_json(obj: Any) -> bytes:
+    """encoding/json style: compact separators, non-ASCII kept."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _ci(obj: Any, key: str) -> Any:
+    """Go decodes JSON keys case-insensitively: an exact match first, then any casing."""
+    if not isinstance(obj, dict):
+        return None
+    if key in obj:
+        return obj[key]
+    low = key.lower()
+    for k, v in obj.items():
+        if isinstance(k, str) and k.lower() == low:
+            return v
+    return None
+
+
+def pod_json(pod: PodRecord) -> dict[str, Any]:
+    """The pod as kube-scheduler holds it in memory: no TypeMeta."""
+    obj = pod_to_k8s(pod)
+    obj.pop("apiVersion", None)
+    obj.pop("kind", None)
+    return obj
+
+
+def node_json(node: NodeRecord) -> dict[str, Any]:
+    obj = node_to_k8s(node)
+    obj.pop("apiVersion", None)
+    obj.pop("kind", None)
+    return obj
+
+
+def extender_args(pod: PodRecord, nodes: list[NodeRecord], node_cache_capable: bool) -> dict[str, Any]:
+    """ExtenderArgs: `Pod`, and `NodeNames` (cache-capable) or `Nodes`, the other null."""
+    if node_cache_capable:
+        return {"Pod": pod_json(pod), "Nodes": None, "NodeNames": [n.name for n in nodes]}
+    return {"Pod": pod_json(pod), "Nodes": {"metadata": {}, "items": [node_json(n) for n in nodes]}, "NodeNames": None}
+
+
+class ExtenderScheduler:
+    def __init__(
+        self,
+        cluster: Any,
+        extender_url: str,
+        node_cache_capable: bool = True,
+        timeout_s: float = 5.0,
+        weight: int = 1,
+        filter_verb: str = "filter",
+        prioritize_verb: str = "prioritize",
+        managed_resources: tuple[str, ...] = (),
+        ignorable: bool = False,
+        scheduler_name: str = "default-scheduler",
+        percentage_of_nodes_to_score: int = 0,
+        client: httpx.AsyncClient | None = None,
+    ):
+        self.cluster = cluster
+        self.url_prefix = extender_url.rstrip("/")
+        self.node_cache_capable = node_cache_capable
+        self.timeout_s = timeout_s or 5.0  # DefaultExtenderTimeout
+        self.weight = weight
+        self.filter_verb = filter_verb
+        self.prioritize_verb = prioritize_verb
+        self.managed_resources = set(managed_resources)
+        self.ignorable = ignorable
+        self.scheduler_name = scheduler_name
+        self.percentage = percentage_of_nodes_to_score
+        self._client = client or httpx.AsyncClient(timeout=self.timeout_s)
+        self._own_client = client is None
+        self._next_start = 0
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ transport
+
+    async def _send(self, verb: str, args: dict[str, Any]) -> Any:
+        url = f"{self.url_prefix}/{verb}"
+        try:
+            resp = await self._client.post(
+                url, content=_go_json(args), headers={"Content-Type": "application/json"}, timeout=self.timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise ExtenderError(f"failed {verb} with extender at URL {url}: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise ExtenderError(f"failed {verb} with extender at URL {url}, code {resp.status_code}")
+        try:
+            return json.JSONDecoder().raw_decode(resp.text.lstrip())[0]  # one value; trailing data ignored
+        except ValueError as exc:
+            raise ExtenderError(f"failed {verb} with extender at URL {url}: invalid JSON: {exc}") from exc
+
+    def is_interested(self, pod: PodRecord) -> bool:
+        if not self.managed_resources:
+            return True
+        for c in pod.containers + pod.init_containers:
+            if self.managed_resources & (set(c.requests) | set(c.limits)):
+                return True
+        return False
+
+    # ------------------------------------------------------------------ verbs
+
+    async def extender_filter(
+        self, pod: PodRecord, nodes: list[NodeRecord]
+    ) -> tuple[list[NodeRecord], dict[str, str], dict[str, str]]:
+        """(feasible nodes, FailedNodes, FailedAndUnresolvableNodes) as the extender answered."""
+        reply = await self._send(self.filter_verb, extender_args(pod, nodes, self.node_cache_capable))
+        if not isinstance(reply, dict):
+            raise ExtenderError(f"failed {self.filter_verb} with extender at URL {self.url_prefix}: not an object")
+        error = _ci(reply, "Error")
+        if error:
+            raise ExtenderError(str(error))
+        by_name = {n.name: n for n in nodes}
+        names = _ci(reply, "NodeNames")
+        node_list = _ci(reply, "Nodes")
+        if self.node_cache_capable and names is not None:
+            kept = []
+            for name in names:
+                if name not in by_name:
+                    raise ExtenderError(
+                        f'extender "{self.url_prefix}" claims a filtered node "{name}" which is not found in the input node list'
+                    )
+                kept.append(by_name[name])
+        elif node_list is not None:
+            kept = []
+            for item in _ci(node_list, "items") or []:
+                name = _ci(_ci(item, "metadata"), "name")
+                if name in by_name:
+                    kept.append(by_name[name])
+        else:
+            kept = []  # both null: every node filtered
+        unresolvable = {str(k): str(v) for k, v in (_ci(reply, "FailedAndUnresolvableNodes") or {}).items()}
+        failed = {str(k): str(v) for k, v in (_ci(reply, "FailedNodes") or {}).items() if k not in unresolvable}
+        return kept, failed, unresolvable
+
+    async def extender_prioritize(self, pod: PodRecord, nodes: list[NodeRecord]) -> dict[str, int]:
+        """Host -> score x weight x 10; any error means no score from the extender."""
+        if not self.prioritize_verb or self.weight <= 0:
+            return {}
+        try:
+            reply = await self._send(self.prioritize_verb, extender_args(pod, nodes, self.node_cache_capable))
+        except ExtenderError as exc:
+            log.info("extender prioritize ignored", extra={"error": str(exc)})
+            return {}
+        if not isinstance(reply, list):
+            return {}
+        candidates = {n.name for n in nodes}
+        out: dict[str, int] = {}
+        for hp in reply:
+            host, score = _ci(hp, "Host"), _ci(hp, "Score")
+            if host in candidates and isinstance(score, int) and not isinstance(score, bool):
+                out[host] = out.get(host, 0) + score * self.weight * (sim_fit.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+        return out
+
+    # ------------------------------------------------------------------ cycles
+
+    async def _snapshot(self) -> tuple[list[NodeRecord], dict[str, ResourceList], dict[str, list[int]]]:
+        nodes = sorted(await self.cluster.list_nodes(), key=lambda n: n.name)
+        requested: dict[str, ResourceList] = {n.name: {} for n in nodes}
+        nonzero: dict[str, list[int]] = {n.name: [0, 0] for n in nodes}
+        for p in await self.cluster.list_pods():
+            if sim_fit.counts_on_node(p) and p.node_name in requested:
+                sim_fit.add_requests(requested[p.node_name], p)
+                c, m = sim_fit.non_zero_requests(p)
+                nonzero[p.node_name][0] += c
+                nonzero[p.node_name][1] += m
+        return nodes, requested, nonzero
+
+    async def schedule_pod(self, pod: PodRecord) -> ScheduleResult:
+        nodes, requested, nonzero = await self._snapshot()
+        return await self._cycle(pod, nodes, requested, nonzero)
+
+    async def schedule_pending(self, namespace: str | None = None) -> list[ScheduleResult]:
+        """Every pending pod of this scheduler, in queue order (priority desc, then creation)."""
+        pods = [
+            p
+            for p in await self.cluster.list_pods(namespace=namespace)
+            if not p.node_name and p.phase == "Pending" and p.deletion_ms is None and p.scheduler_name == self.scheduler_name
+        ]
+        pods.sort(key=lambda p: (-(p.priority or 0), p.created_ms, p.key))
+        nodes, requested, nonzero = await self._snapshot()
+        results = []
+        for pod in pods:
+            res = await self._cycle(pod, nodes, requested, nonzero)
+            if res.node is not None:  # assume the pod, as the scheduler cache does
+                sim_fit.add_requests(requested[res.node], pod)
+                c, m = sim_fit.non_zero_requests(pod)
+                nonzero[res.node][0] += c
+                nonzero[res.node][1] += m
+            results.append(res)
+        return results
+
+    def _in_tree_filter(
+        self, pod: PodRecord, nodes: list[NodeRecord], requested: dict[str, ResourceList]
+    ) -> tuple[list[NodeRecord], dict[str, str]]:
+        n = len(nodes)
+        want = sim_fit.num_feasible_nodes_to_find(n, self.percentage)
+        feasible: list[NodeRecord] = []
+        reasons: dict[str, str] = {}
+        processed = 0
+        for i in range(n):
+            node = nodes[(self._next_start + i) % n]
+            processed += 1
+            why = sim_fit.filter_reasons(pod, node, requested.get(node.name, {}))
+            if why:
+                reasons[node.name] = ", ".join(why)
+            else:
+                feasible.append(node)
+                if len(feasible) >= want:
+                    break
+        if n:
+            self._next_start = (self._next_start + processed) % n
+        return feasible, reasons
+
+    async def _cycle(
+        self,
+        pod: PodRecord,
+        nodes: list[NodeRecord],
+        requested: dict[str, ResourceList],
+        nonzero: dict[str, list[int]],
+    ) -> ScheduleResult:
+        feasible, reasons = self._in_tree_filter(pod, nodes, requested)
+        if feasible and self.filter_verb and self.is_interested(pod):
+            try:
+                kept, failed, unresolvable = await self.extender_filter(pod, feasible)
+            except ExtenderError as exc:
+                if not self.ignorable:
+                    return ScheduleResult(pod.namespace, pod.name, reasons=reasons, error=str(exc))
+                log.info("ignorable extender filter failed", extra={"error": str(exc)})
+            else:
+                reasons.update(failed)
+                reasons.update(unresolvable)
+                kept_names = {n.name for n in kept}
+                for n in feasible:
+                    if n.name not in kept_names and n.name not in reasons:
+                        reasons[n.name] = "filtered by extender"
+                feasible = [n for n in feasible if n.name in kept_names]
+        if not feasible:
+            return ScheduleResult(
+                pod.namespace, pod.name, reasons=reasons, message=sim_fit.unschedulable_message(len(nodes), reasons)
+            )
+        scores: dict[str, int] = {}
+        if len(feasible) == 1:
+            chosen = feasible[0].name
+        else:
+            for n in feasible:
+                scores[n.name] = sim_fit.least_allocated_score(pod, n, tuple(nonzero.get(n.name, (0, 0))))
+            if self.is_interested(pod):
+                for host, s in (await self.extender_prioritize(pod, feasible)).items():
+                    scores[host] += s
+            chosen = min(scores, key=lambda name: (-scores[name], name))
+        try:
+            await self.cluster.bind_pod(pod.namespace, pod.name, chosen, pod.uid)
+        except Exception as exc:  # noqa: BLE001 - any backend's refusal (pod gone, already bound) requeues the pod
+            return ScheduleResult(pod.namespace, pod.name, reasons=reasons, error=f"binding rejected: {exc}", scores=scores)
+        return ScheduleResult(pod.namespace, pod.name, node=chosen, reasons=reasons, scores=scores)
