@@ -70,6 +70,7 @@ class DemoPlan:
     data_dir: Path | None = None
     nats_url: str | None = None
     speed: float = 1.0
+    batch_tasks_per_node_hour: float = 60.0  # enough arrivals that batch use shows within a minute
     services: tuple[ServiceDef, ...] = SERVICES
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -185,6 +186,9 @@ class Launcher:
         )
         if spec.name == "node-agent":
             env[f"{p}MODE"] = "sim"
+            # A demo should show results within a minute: report NodeMetric every 15 s, not 60 s.
+            env.setdefault(f"{p}NODEMETRIC_INTERVAL_S", "15")
+            env.setdefault(f"{p}REPORT_INTERVAL_S", "5")
         if spec.name == "slo-controller":
             env[f"{p}CONFIG_MAP_FILE"] = str(self.write_slo_config())
         if spec.name == "descheduler":

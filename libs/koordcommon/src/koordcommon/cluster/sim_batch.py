@@ -46,16 +46,19 @@ def batch_arrivals(spec: SimSpec, from_ms: int, to_ms: int) -> list[PodRecord]:
     create, duration, job, task, cpu, mem = _tasks(spec)
     if create.size == 0:
         return []
-    rate = create.size / TRACE_PERIOD_S
+    # Loop over the span that has arrivals (about 17 h of the 24-h trace), so a long run has no
+    # silent hours; `batch_trace_offset_s` picks where in that span simulated time starts.
+    period = int(create.max() - create.min()) + 1
+    rate = create.size / period
     want = spec.nodes * spec.batch_tasks_per_node_hour / 3600
     stride = max(1, round(rate / want))
     pick = np.flatnonzero(np.arange(create.size) % stride == spec.seed % stride)
-    offset_s = (create[pick] - create.min()).astype(np.int64)
+    offset_s = ((create[pick] - create.min() - spec.batch_trace_offset_s) % period).astype(np.int64)
     start_s = (spec.start_ms or 0) // 1000
     lo, hi = from_ms // 1000 - start_s, to_ms // 1000 - start_s
     out: list[PodRecord] = []
-    for loop in range(max(lo // TRACE_PERIOD_S, 0), max(hi // TRACE_PERIOD_S, -1) + 1):
-        at = loop * TRACE_PERIOD_S + offset_s
+    for loop in range(max(lo // period, 0), max(hi // period, -1) + 1):
+        at = loop * period + offset_s
         for k in np.flatnonzero((at > lo) & (at <= hi)):
             i = pick[k]
             arrival_ms = (start_s + int(at[k])) * 1000

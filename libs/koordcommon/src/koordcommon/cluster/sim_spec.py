@@ -37,6 +37,7 @@ class SimSpec(BaseModel):
     speed: float = Field(1.0, ge=0)  # simulated seconds per wall second
     batch_stream: bool = False
     batch_tasks_per_node_hour: float = Field(4.0, ge=0)
+    batch_trace_offset_s: int = Field(0, ge=0)  # where in the batch trace simulated time starts
     batch_utilisation: float = Field(0.7, ge=0)  # batch pods use this share of their batch request
     system_cpu_fraction: float = Field(0.08, ge=0)  # of capacity at 100% machine utilisation
     system_memory_fraction: float = Field(0.03, ge=0)
