@@ -92,6 +92,7 @@ class ContainerUsage(Payload):
     requests: Resources = Resources()
     limits: Resources = Resources()
     usage: Resources = Resources()
+    last_oom_ms: int | None = None  # the container's most recent OOM kill (recommender bumps memory)
 
 
 class PodUsage(Payload):

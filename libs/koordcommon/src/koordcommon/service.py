@@ -1,0 +1,439 @@
+"""The service chassis: settings, JSON logs, health, Prometheus metrics and graceful shutdown.
+
+Every service is one process running one asyncio loop that holds both the HTTP server
+(uvicorn, same loop) and the service's `main(svc)` coroutine. SIGTERM/SIGINT set
+`svc.stopping`; `main` is expected to return soon after, then the shutdown hooks run
+(drain the bus, close the database) and the process exits 0. A `main` that raises makes the
+process exit 1 so an orchestrator restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import inspect
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, ClassVar, NoReturn, TypeVar
+
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+__all__ = [
+    "ConfigFileError",
+    "Health",
+    "Service",
+    "ServiceSettings",
+    "load_settings",
+    "progress",
+    "settings_config",
+    "setup_logging",
+]
+
+log = logging.getLogger("koordcommon.service")
+
+# --------------------------------------------------------------------------- settings
+
+
+class ConfigFileError(ValueError):
+    """The YAML file named by <PREFIX>CONFIG_FILE is missing or is not a mapping."""
+
+
+def settings_config(prefix: str, **extra: Any) -> SettingsConfigDict:
+    """The settings config every service uses: its env prefix, unknown keys ignored.
+
+    The YAML file is named at load time by the env variable `<prefix>CONFIG_FILE`.
+    """
+    return SettingsConfigDict(
+        env_prefix=prefix,
+        extra="ignore",
+        case_sensitive=False,
+        env_nested_delimiter="__",
+        **extra,
+    )
+
+
+class _PlainEnvSource(PydanticBaseSettingsSource):
+    """Un-prefixed variables shared by every service (NATS_URL, DATABASE_URL).
+
+    Ranked below the prefixed variables so one process can still override them.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], names: dict[str, str]):
+        super().__init__(settings_cls)
+        self._names = names
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ does the work
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for field, env in self._names.items():
+            if field in self.settings_cls.model_fields and env in os.environ:
+                out[field] = os.environ[env]
+        return out
+
+
+def _config_file_var(settings_cls: type[BaseSettings]) -> str:
+    return f"{settings_cls.model_config.get('env_prefix', '')}CONFIG_FILE"
+
+
+class ServiceSettings(BaseSettings):
+    """Settings common to every service; subclasses add theirs and set `settings_config(prefix)`."""
+
+    model_config = settings_config("KOORD_")
+    PLAIN_ENV: ClassVar[dict[str, str]] = {"nats_url": "NATS_URL", "database_url": "DATABASE_URL"}
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    database_url: str = Field("", description="SQLAlchemy URL; empty = embedded SQLite in data_dir")
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(8080, ge=0, le=65535)
+    bus_namespace: str = ""
+    cluster_backend: str = Field("sim", pattern="^(sim|kubernetes)$")
+    log_level: str = "INFO"
+    data_dir: str = Field("", description="empty = ./.data/<service>")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings,
+            env_settings,
+            _PlainEnvSource(settings_cls, cls.PLAIN_ENV),
+        ]
+        path = os.environ.get(_config_file_var(settings_cls))
+        if path:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=_checked_yaml(path)))
+        sources.append(file_secret_settings)
+        return tuple(sources)
+
+    def resolve_data_dir(self, service: str) -> Path:
+        return Path(self.data_dir) if self.data_dir else Path(".data") / service
+
+
+def _checked_yaml(path: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigFileError(f"config file {path!r} does not exist")
+    import yaml
+
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"config file {path!r} is not valid YAML: {exc}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigFileError(f"config file {path!r} must hold a mapping of setting names to values")
+    return p
+
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+def load_settings(cls: type[S], **overrides: Any) -> S:
+    """Env (prefixed, then NATS_URL/DATABASE_URL) over the optional YAML file over defaults."""
+    return cls(**overrides)
+
+
+# --------------------------------------------------------------------------- logging
+
+_STD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}
+
+
+def setup_logging(service: str, level: str | int = "INFO") -> None:
+    """JSON lines on stderr: timestamp, level, service, logger, msg and any `extra=` fields."""
+    from pythonjsonlogger.json import JsonFormatter
+
+    class _Formatter(JsonFormatter):
+        def process_log_record(self, log_data):
+            log_data.pop("color_message", None)  # uvicorn's ANSI copy of msg
+            return log_data
+
+    formatter = _Formatter(
+        "%(levelname)s %(name)s %(message)s",
+        rename_fields={"levelname": "level", "message": "msg", "name": "logger"},
+        static_fields={"service": service},
+        timestamp=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    # uvicorn's access log would print one line per scrape/probe.
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+
+
+def tune_gc(gen0: int = 50_000, gen1: int = 20, gen2: int = 50) -> None:
+    """Fewer, cheaper garbage collections for services that allocate in bursts.
+
+    Decoding one batch of bus messages or one large request allocates hundreds of thousands
+    of short-lived objects; with the default gen0 threshold (700) that sets off hundreds of
+    collections per batch, some of them full ones walking everything alive. What exists after
+    start-up lives until exit anyway, so it is frozen out of the collector's reach.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(gen0, gen1, gen2)
+
+
+def progress(logger: logging.Logger, what: str, done: int, total: int, **extra: Any) -> None:
+    """One structured line about long work: `what 1200/5000 (24%)`."""
+    percent = round(100.0 * done / total, 1) if total else 100.0
+    logger.info(
+        "%s %d/%d (%.0f%%)",
+        what,
+        done,
+        total,
+        percent,
+        extra={"what": what, "done": done, "total": total, "percent": percent, **extra},
+    )
+
+
+# --------------------------------------------------------------------------- health
+
+Check = Callable[[], "bool | Awaitable[bool]"]
+
+
+class Health:
+    """Liveness (the loop turns) and readiness (every registered check passes)."""
+
+    # A loop that has not run the heartbeat for this long is wedged by blocking work.
+    WEDGED_AFTER_S = 30.0
+    CHECK_TIMEOUT_S = 2.0
+
+    def __init__(self) -> None:
+        self._checks: dict[str, Check] = {}
+        self.last_beat = time.monotonic()
+
+    def add_check(self, name: str, fn: Check) -> None:
+        self._checks[name] = fn
+
+    def remove_check(self, name: str) -> None:
+        self._checks.pop(name, None)
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def alive(self) -> bool:
+        return time.monotonic() - self.last_beat < self.WEDGED_AFTER_S
+
+    async def failing(self) -> list[str]:
+        """Names of the checks that are false, raise or time out."""
+        bad = []
+        for name, fn in list(self._checks.items()):
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    result = await asyncio.wait_for(result, self.CHECK_TIMEOUT_S)
+                if not result:
+                    bad.append(name)
+            except Exception:  # noqa: BLE001 - a check that raises is failing, not a crashed probe
+                bad.append(name)
+        return bad
+
+    async def ready(self) -> bool:
+        return not await self.failing()
+
+
+# --------------------------------------------------------------------------- service
+
+_UP = Gauge("koord_service_up", "1 while the service runs", ["service"])
+_READY = Gauge("koord_service_ready", "1 when the last readiness probe passed", ["service"])
+_LOOP_LAG = Gauge("koord_event_loop_lag_seconds", "How late the loop heartbeat ran", ["service"])
+
+
+class _Server(uvicorn.Server):
+    """uvicorn inside our loop: the Service owns the signals, not uvicorn."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+Main = Callable[["Service"], Awaitable[Any]]
+Hook = Callable[[], Awaitable[Any]]
+
+
+class Service:
+    HEARTBEAT_S = 0.5
+    MAIN_STOP_TIMEOUT_S = 30.0
+    HOOK_TIMEOUT_S = 15.0
+
+    def __init__(self, name: str, settings: ServiceSettings, *, version: str = "0.1.0") -> None:
+        self.name = name
+        self.settings = settings
+        self.data_dir = settings.resolve_data_dir(name)
+        self.health = Health()
+        self.stopping = asyncio.Event()
+        self.port: int | None = None  # the bound port once the server started (http_port may be 0)
+        self.log = logging.getLogger(name)
+        self._hooks: list[Hook] = []
+        self._server: _Server | None = None
+        self.app = FastAPI(title=name, version=version)
+        self._add_probe_routes()
+
+    # -- wiring
+
+    def on_shutdown(self, fn: Hook) -> Hook:
+        """Register a coroutine function run after main returned (last registered runs first)."""
+        self._hooks.append(fn)
+        return fn
+
+    def _add_probe_routes(self) -> None:
+        app, health, name = self.app, self.health, self.name
+
+        @app.get("/healthz", include_in_schema=False)
+        async def healthz():
+            if health.alive():
+                return {"status": "ok"}
+            return JSONResponse({"status": "wedged"}, status_code=503)
+
+        @app.get("/readyz", include_in_schema=False)
+        async def readyz():
+            failing = await health.failing()
+            if self.stopping.is_set():
+                failing.append("stopping")
+            _READY.labels(name).set(0 if failing else 1)
+            if failing:
+                return JSONResponse({"status": "not ready", "failing": failing}, status_code=503)
+            return {"status": "ready"}
+
+        @app.get("/metrics", include_in_schema=False)
+        async def metrics():
+            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    # -- running
+
+    def run(self, main: Main) -> NoReturn:
+        """Run until SIGTERM/SIGINT (or until main returns); exit with the outcome."""
+        setup_logging(self.name, self.settings.log_level)
+        loop_factory = None
+        try:
+            import uvloop
+
+            loop_factory = uvloop.new_event_loop
+        except ImportError:
+            pass
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            code = runner.run(self.serve(main))
+        sys.exit(code)
+
+    async def serve(self, main: Main, *, install_signals: bool = True) -> int:
+        """Serve HTTP and run main in the current loop; return the exit code."""
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        _UP.labels(self.name).set(1)
+        config = uvicorn.Config(
+            self.app,
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
+        self._server = server = _Server(config)
+        beat = asyncio.create_task(self._heartbeat(), name="heartbeat")
+        http = asyncio.create_task(server.serve(), name="http")
+        code = 0
+        try:
+            if not await self._wait_started(server, http):
+                self.log.error("http server failed to start", extra={"port": self.settings.http_port})
+                return 1
+            self.log.info("started", extra={"port": self.port, "host": self.settings.http_host})
+            code = await self._run_main(main)
+        finally:
+            self.stopping.set()
+            await self._run_hooks()
+            server.should_exit = True
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(http, 10)
+            beat.cancel()
+            with contextlib.suppress(BaseException):
+                await beat
+            _UP.labels(self.name).set(0)
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            self.log.info("stopped", extra={"exit_code": code})
+        return code
+
+    def _on_signal(self, sig: int) -> None:
+        if self.stopping.is_set():
+            self.log.warning("second signal: stopping without waiting", extra={"signal": sig})
+            self.MAIN_STOP_TIMEOUT_S = 0.0
+        self.log.info("stopping", extra={"signal": signal.Signals(sig).name})
+        self.stopping.set()
+
+    async def _wait_started(self, server: _Server, http: asyncio.Task) -> bool:
+        while not server.started:
+            if http.done():
+                return False
+            await asyncio.sleep(0.01)
+        sockets = [s for srv in server.servers for s in (srv.sockets or ())]
+        self.port = sockets[0].getsockname()[1] if sockets else self.settings.http_port
+        return True
+
+    async def _run_main(self, main: Main) -> int:
+        task = asyncio.create_task(main(self), name="main")
+        stop = asyncio.create_task(self.stopping.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), self.MAIN_STOP_TIMEOUT_S)
+            except TimeoutError:
+                self.log.error("main did not return after stop; cancelling")
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+                return 1
+        if task.cancelled():
+            return 1
+        exc = task.exception()
+        if exc is not None:
+            self.log.error("main crashed", exc_info=exc)
+            return 1
+        return 0
+
+    async def _run_hooks(self) -> None:
+        for hook in reversed(self._hooks):
+            try:
+                await asyncio.wait_for(hook(), self.HOOK_TIMEOUT_S)
+            except Exception:
+                self.log.exception("shutdown hook failed", extra={"hook": getattr(hook, "__name__", repr(hook))})
+
+    async def _heartbeat(self) -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(self.HEARTBEAT_S)
+            _LOOP_LAG.labels(self.name).set(max(0.0, time.monotonic() - before - self.HEARTBEAT_S))
+            self.health.beat()

@@ -1,0 +1,306 @@
+"""One node's in-memory history and the two messages built from it.
+
+`NodeHistory.record` takes one collection round; `sample()` builds the NodeMetricSample
+published every report interval (averages over that interval) and `node_metric()` the
+NodeMetric status published every 60 s (averages over the aggregate window plus
+avg/p50/p90/p95/p99 over 5/10/30 min, per node, per system and per pod).
+
+System usage is computed per round, as koordlet's system collector does:
+max(node - sum of the pods sampled that round, 0) per resource, then aggregated like any
+other series (so its average is not the difference of the averages).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from koordcommon.model import PriorityClass
+from koordcommon.resources import Resources
+from koordcommon.schemas import (
+    AggregatedUsage,
+    ContainerUsage,
+    NodeMetric,
+    NodeMetricSample,
+    Owner,
+    PodMetric,
+    PodUsage,
+)
+
+from .aggregate import percentile_index, to_resources, window_stats
+from .pods import PodInfo
+from .ring import SlotRing
+
+NODE = "node"
+SYSTEM = "system"
+NAN2 = (math.nan, math.nan)
+
+Pair = tuple[float, float]  # (cpu milli-cores, memory bytes); NaN = no value this round
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    collect_interval_s: float = 1.0
+    node_history_s: int = 1800  # longest percentile window
+    pod_history_s: int = 1800
+    container_history_s: int = 10  # the report interval: containers are only averaged per sample
+    # Peak predictor (koordlet prediction/peak_predictor.go): p95 cpu / p98 memory + 10 %;
+    # pods younger than the cold start count by request (reclaim nothing).
+    safety_margin_percent: int = 10
+    cold_start_s: int = 24 * 3600
+
+    def rows(self, seconds: float) -> int:
+        return max(math.ceil(seconds / self.collect_interval_s) + 1, 2)
+
+
+class NodeHistory:
+    def __init__(self, node: str, config: HistoryConfig | None = None) -> None:
+        self.node = node
+        self.config = cfg = config or HistoryConfig()
+        self.capacity = Resources()
+        self.allocatable = Resources()
+        self.pods: dict[str, PodInfo] = {}
+        self.container_shares: dict[str, list[tuple[str, float, float]]] = {}
+        self.node_ring = SlotRing(cfg.rows(cfg.node_history_s), slots=2)
+        self.pod_ring = SlotRing(cfg.rows(cfg.pod_history_s), slots=8)
+        self.container_ring = SlotRing(cfg.rows(cfg.container_history_s), slots=16)
+        self.node_ring.slot_of(NODE)
+        self.node_ring.slot_of(SYSTEM)
+
+    # -- inputs
+
+    def set_node(self, capacity: Resources, allocatable: Resources) -> None:
+        self.capacity, self.allocatable = capacity, allocatable
+
+    def set_pods(self, pods: list[PodInfo], container_shares: dict[str, list[tuple[str, float, float]]] | None = None
+                 ) -> None:
+        """The pods now on the node; the history of pods that left is dropped.
+
+        `container_shares` (uid -> [(container, cpu share, memory share)]) declares containers whose
+        usage is a fixed share of their pod's (the simulated cluster's model): they are derived from
+        the pod's averages when a sample is built instead of being collected every round.
+        """
+        self.pods = {p.uid: p for p in pods}
+        shares = container_shares or {}
+        self.container_shares = {uid: shares[uid] for uid in self.pods if uid in shares}
+        self.pod_ring.retain(self.pods)
+        self.container_ring.retain(k for k in self.container_ring.series() if k[0] in self.pods)
+
+    def record(
+        self,
+        ts_ms: int,
+        node: Pair,
+        pods: dict[str, Pair],
+        containers: dict[tuple[str, str], Pair] | None = None,
+    ) -> None:
+        pod_cpu = pod_mem = 0.0
+        for c, m in pods.values():
+            if not math.isnan(c):
+                pod_cpu += c
+            if not math.isnan(m):
+                pod_mem += m
+        system = (max(node[0] - pod_cpu, 0.0), max(node[1] - pod_mem, 0.0))  # NaN stays NaN
+        self.node_ring.push(ts_ms, {NODE: node, SYSTEM: system})
+        self.pod_ring.push(ts_ms, pods)
+        self.container_ring.push(ts_ms, containers or {})
+
+    # -- outputs
+
+    def sample(self, now_ms: int, window_s: float, extensions: dict | None = None) -> NodeMetricSample | None:
+        """Averages over (now - window, now]; None when the node has no usage in it."""
+        since = now_ms - int(window_s * 1000)
+        ts, values = self.node_ring.window(since, now_ms)
+        if not len(ts):
+            return None
+        node_stats = window_stats(ts, values, np.array([0, 1]), percentiles=False)
+        if not node_stats.ok[0]:
+            return None
+        pod_avgs = self._averages(self.pod_ring, since, now_ms)
+        cont_avgs = self._averages(self.container_ring, since, now_ms)
+        for uid, shares in self.container_shares.items():
+            usage = pod_avgs.get(uid)
+            if usage is not None:
+                for cname, cs, ms in shares:
+                    cont_avgs[(uid, cname)] = Resources(int(usage.cpu_milli * cs), int(usage.memory_bytes * ms))
+        by_pod: dict[str, list[ContainerUsage]] = {}
+        for (uid, cname), usage in cont_avgs.items():
+            info = self.pods.get(uid)
+            spec = next((c for c in info.containers if c.name == cname), None) if info else None
+            by_pod.setdefault(uid, []).append(
+                ContainerUsage(
+                    name=cname,
+                    requests=spec.requests if spec else Resources(),
+                    limits=spec.limits if spec else Resources(),
+                    usage=usage,
+                )
+            )
+        pods = []
+        for uid, usage in pod_avgs.items():
+            info = self.pods.get(uid)
+            if info is None:
+                continue
+            pods.append(
+                PodUsage(
+                    uid=uid,
+                    namespace=info.namespace,
+                    name=info.name,
+                    owner=Owner(kind=info.owner_kind, name=info.owner_name) if info.owner_kind else None,
+                    qos=info.qos,
+                    priority_class=info.priority_class,
+                    priority=info.priority,
+                    requests=info.requests,
+                    limits=info.limits,
+                    batch_requests=info.batch_requests,
+                    usage=usage,
+                    containers=sorted(by_pod.get(uid, []), key=lambda c: c.name),
+                )
+            )
+        pods.sort(key=lambda p: (p.namespace, p.name))
+        return NodeMetricSample(
+            ts=now_ms,
+            node=self.node,
+            window_s=window_s,
+            capacity=self.capacity,
+            allocatable=self.allocatable,
+            node_usage=to_resources(node_stats.avg[0]),
+            system_usage=to_resources(node_stats.avg[1]),
+            pods=pods,
+            extensions=extensions or {},
+        )
+
+    def node_metric(
+        self,
+        now_ms: int,
+        aggregate_s: int = 300,
+        durations_s: tuple[int, ...] = (300, 600, 1800),
+        report_interval_s: int = 60,
+    ) -> NodeMetric | None:
+        since = now_ms - aggregate_s * 1000
+        ts, values = self.node_ring.window(since, now_ms)
+        if not len(ts):
+            return None
+        main = window_stats(ts, values, np.array([0, 1]), percentiles=False)
+        if not main.ok[0]:
+            return None
+        agg_node: list[AggregatedUsage] = []
+        agg_system: list[AggregatedUsage] = []
+        for d in durations_s:
+            t, v = self.node_ring.window(now_ms - d * 1000, now_ms)
+            st = window_stats(t, v, np.array([0, 1]), duration_ms=d * 1000)
+            agg_node.append(_aggregated(st, 0, d))
+            agg_system.append(_aggregated(st, 1, d))
+
+        keys, cols = self._live_pod_columns()
+        pod_avg = window_stats(*self.pod_ring.window(since, now_ms), cols, percentiles=False) if keys else None
+        pod_aggs = []
+        for d in durations_s:
+            if d > self.config.pod_history_s or not keys:
+                continue
+            t, v = self.pod_ring.window(now_ms - d * 1000, now_ms)
+            pod_aggs.append((d, window_stats(t, v, cols, duration_ms=d * 1000)))
+        pods: list[PodMetric] = []
+        for i, uid in enumerate(keys):
+            if pod_avg is None or not pod_avg.ok[i]:
+                continue
+            info = self.pods[uid]
+            pods.append(
+                PodMetric(
+                    uid=uid,
+                    namespace=info.namespace,
+                    name=info.name,
+                    owner=Owner(kind=info.owner_kind, name=info.owner_name) if info.owner_kind else None,
+                    qos=info.qos,
+                    priority_class=info.priority_class,
+                    priority=info.priority,
+                    requests=info.requests,
+                    limits=info.limits,
+                    usage=to_resources(pod_avg.avg[i]),
+                    aggregated=[_aggregated(st, i, d) for d, st in pod_aggs],
+                )
+            )
+        pods.sort(key=lambda p: (p.namespace, p.name))
+        reclaimable, peak = self.prod_prediction(now_ms)
+        return NodeMetric(
+            ts=now_ms,
+            node=self.node,
+            aggregate_duration_s=aggregate_s,
+            report_interval_s=report_interval_s,
+            capacity=self.capacity,
+            allocatable=self.allocatable,
+            node_usage=to_resources(main.avg[0]),
+            system_usage=to_resources(main.avg[1]),
+            aggregated_node_usages=agg_node,
+            aggregated_system_usages=agg_system,
+            pods=pods,
+            prod_reclaimable=reclaimable,
+            prod_peak=peak,
+        )
+
+    def prod_prediction(self, now_ms: int) -> tuple[Resources, Resources]:
+        """(reclaimable, peak) of the prod pods: request - (p95 cpu, p98 memory) x (1 + margin).
+
+        The percentiles come from the pod history held here (a window, not koordlet's
+        decaying histogram); a prod pod younger than the cold start, or without samples,
+        counts by its request and reclaims nothing.
+        """
+        cfg = self.config
+        prod = [p for p in self.pods.values() if p.priority_class in (PriorityClass.PROD, PriorityClass.NONE)]
+        if not prod:
+            return Resources(), Resources()
+        keyed = [p for p in prod if p.uid in self.pod_ring]
+        ts, values = self.pod_ring.window(now_ms - cfg.pod_history_s * 1000, now_ms)
+        q_cpu: dict[str, float] = {}
+        q_mem: dict[str, float] = {}
+        if keyed and len(ts):
+            cols = np.array([self.pod_ring.slot_of(p.uid) for p in keyed], dtype=np.intp)
+            v = values[:, cols, :]
+            count = (~np.isnan(v)).sum(axis=0)
+            ordered = np.sort(v, axis=0)
+            i95 = np.minimum(percentile_index(count[:, 0], 0.95), np.maximum(count[:, 0] - 1, 0))
+            i98 = np.minimum(percentile_index(count[:, 1], 0.98), np.maximum(count[:, 1] - 1, 0))
+            for j, p in enumerate(keyed):
+                if count[j, 0] and count[j, 1]:
+                    q_cpu[p.uid] = float(ordered[i95[j], j, 0])
+                    q_mem[p.uid] = float(ordered[i98[j], j, 1])
+        reclaim_cpu = reclaim_mem = peak_cpu = peak_mem = 0
+        factor = (100 + cfg.safety_margin_percent) / 100
+        for p in prod:
+            young = now_ms - p.start_ms < cfg.cold_start_s * 1000
+            if young or p.uid not in q_cpu:
+                peak_cpu += p.requests.cpu_milli
+                peak_mem += p.requests.memory_bytes
+                continue
+            pc, pm = int(q_cpu[p.uid] * factor), int(q_mem[p.uid] * factor)
+            peak_cpu += pc
+            peak_mem += pm
+            reclaim_cpu += max(p.requests.cpu_milli - pc, 0)
+            reclaim_mem += max(p.requests.memory_bytes - pm, 0)
+        return Resources(reclaim_cpu, reclaim_mem), Resources(peak_cpu, peak_mem)
+
+    # -- helpers
+
+    def _live_pod_columns(self) -> tuple[list[str], np.ndarray]:
+        keys = [uid for uid in self.pods if uid in self.pod_ring]
+        return keys, np.array([self.pod_ring.slot_of(k) for k in keys], dtype=np.intp)
+
+    @staticmethod
+    def _averages(ring: SlotRing, since: int, until: int) -> dict:
+        keys, cols = ring.columns()
+        if not keys:
+            return {}
+        ts, values = ring.window(since, until)
+        if not len(ts):
+            return {}
+        st = window_stats(ts, values, cols, percentiles=False)
+        return {k: to_resources(st.avg[i]) for i, k in enumerate(keys) if st.ok[i]}
+
+
+def _aggregated(stats, row: int, duration_s: int) -> AggregatedUsage:
+    if not len(stats.ok) or not stats.ok[row] or not stats.pct:
+        return AggregatedUsage(duration_s=duration_s)
+    return AggregatedUsage(
+        duration_s=duration_s,
+        avg=to_resources(stats.avg[row]),
+        **{name: to_resources(arr[row]) for name, arr in stats.pct.items()},
+    )

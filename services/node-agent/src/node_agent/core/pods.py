@@ -1,0 +1,107 @@
+"""What the agent needs to know about a pod to label its metrics (from a PodRecord)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from koordcommon import resources as rn
+from koordcommon.model import LABEL_QOS_CLASS, KubeQoS, PriorityClass, QoSClass, parse_qos_class
+from koordcommon.records import PodRecord
+
+ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
+
+
+def _bound_cpuset(annotations: dict[str, str]) -> str:
+    raw = annotations.get(ANNOTATION_RESOURCE_STATUS)
+    if not raw:
+        return ""
+    try:
+        value = json.loads(raw).get("cpuset", "")
+    except (ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""
+
+
+def _batch(lst: dict[str, int]) -> Resources:
+    cpu = mem = 0
+    for name, v in lst.items():
+        suffix = rn.tier_suffix(name)
+        if suffix == rn.BATCH_CPU_SUFFIX:
+            cpu += v
+        elif suffix == rn.BATCH_MEMORY_SUFFIX:
+            mem += v
+    return Resources(cpu, mem)
+from koordcommon.resources import ZERO, Resources
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    name: str
+    requests: Resources = ZERO
+    limits: Resources = ZERO
+    batch_requests: Resources = ZERO  # batch-cpu milli, batch-memory bytes
+    batch_limits: Resources = ZERO
+    has_limits: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    owner_kind: str = ""
+    owner_name: str = ""
+    qos: QoSClass = QoSClass.NONE
+    priority_class: PriorityClass = PriorityClass.NONE
+    priority: int | None = None
+    requests: Resources = ZERO
+    limits: Resources = ZERO
+    batch_requests: Resources = ZERO
+    start_ms: int = 0
+    containers: tuple[ContainerInfo, ...] = field(default_factory=tuple)
+    kube_qos: KubeQoS = KubeQoS.BEST_EFFORT  # picks the cgroup parent dir
+    container_ids: tuple[tuple[str, str], ...] = ()  # (name, "containerd://<id>")
+    phase: str = "Running"
+    cpuset: str = ""  # cpus bound by the scheduler (annotation scheduling.koordinator.sh/resource-status)
+    annotations: tuple[tuple[str, str], ...] = ()
+    qos_label: bool = False  # koordinator.sh/qosClass set (suppress/evict/burst read the raw label)
+
+    @classmethod
+    def from_record(cls, pod: PodRecord) -> PodInfo:
+        owner = pod.controller
+        return cls(
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            owner_kind=owner.kind if owner else "",
+            owner_name=owner.name if owner else "",
+            qos=pod.qos,
+            priority_class=pod.priority_class,
+            priority=pod.priority,
+            requests=pod.request_resources(),
+            limits=pod.limit_resources(),
+            batch_requests=pod.batch_requests(),
+            start_ms=pod.start_ms if pod.start_ms is not None else pod.created_ms,
+            containers=tuple(
+                ContainerInfo(
+                    c.name,
+                    Resources.from_list(c.requests),
+                    Resources.from_list(c.limits),
+                    _batch(c.requests),
+                    _batch(c.limits),
+                    bool(c.limits),
+                )
+                for c in pod.containers
+            ),
+            kube_qos=pod.computed_kube_qos(),
+            container_ids=tuple(sorted(pod.container_ids.items())),
+            phase=pod.phase,
+            cpuset=_bound_cpuset(pod.annotations),
+            qos_label=parse_qos_class(pod.labels.get(LABEL_QOS_CLASS)) is not QoSClass.NONE,
+            annotations=tuple(sorted((k, v) for k, v in pod.annotations.items() if k.startswith("koordinator.sh/"))),
+        )
+
+    def annotation(self, key: str) -> str | None:
+        return dict(self.annotations).get(key)
+

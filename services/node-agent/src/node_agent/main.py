@@ -1,0 +1,71 @@
+"""Entry point: `koord-node-agent` / `python -m node_agent`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from koordcommon.bus import Bus
+from koordcommon.cluster.port import open_cluster
+from koordcommon.service import Service, load_settings
+
+from .bus import STREAMS, publisher
+from .settings import AgentSettings
+
+SERVICE = "node-agent"
+log = logging.getLogger(SERVICE)
+
+
+def parse_args(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog="koord-node-agent", description="Koordinator-style node agent")
+    ap.add_argument("--mode", choices=["real", "sim"], help="real: this node's /proc and cgroups; sim: many nodes")
+    ap.add_argument("--shard", help="sim mode: drive the nodes of shard i/n (stable hash of the node name)")
+    ap.add_argument("--nodes", help="sim mode: 'all' or a comma-separated list of node names")
+    ap.add_argument("--node-name", dest="node_name", help="real mode: the node this agent runs on")
+    ap.add_argument("--cgroup-root", dest="cgroup_root", help="real mode: cgroup mount point")
+    args = ap.parse_args(argv)
+    return {k: v for k, v in vars(args).items() if v is not None}
+
+
+async def run(svc: Service) -> None:
+    settings: AgentSettings = svc.settings  # type: ignore[assignment]
+    bus = Bus(settings.nats_url, SERVICE, namespace=settings.bus_namespace)
+    await bus.connect()
+    svc.on_shutdown(bus.close)
+    svc.health.add_check("bus", lambda: bus.connected)
+    await bus.ensure_streams(*STREAMS)
+    publish = publisher(bus)
+
+    if settings.mode == "sim":
+        from .sim_mode import SimAgent
+
+        cluster = open_cluster("sim", bus=bus)
+        await cluster.start()  # waits for the genesis of the shared simulated cluster
+        agent = SimAgent(cluster, settings, publish)
+    else:
+        from .real_mode import RealAgent
+
+        cluster = None
+        if settings.cluster_backend == "kubernetes":
+            cluster = open_cluster("kubernetes")
+            await cluster.start()
+        agent = RealAgent(settings, publish, cluster)
+    if cluster is not None:
+        svc.on_shutdown(cluster.close)
+    svc.health.add_check("collecting", lambda: agent.last_round_ms is not None)
+
+    if settings.qos_enabled:
+        from .qos.manager import attach_qos
+
+        manager = await attach_qos(agent, bus, settings, cluster)
+        svc.on_shutdown(manager.stop)
+    await agent.run(svc.stopping)
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = load_settings(AgentSettings, **parse_args(argv))
+    Service(SERVICE, settings).run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""slo-controller settings: env prefix KOORD_SLO_ (plus NATS_URL), optional YAML file."""
+
+from __future__ import annotations
+
+from koordcommon.service import ServiceSettings, settings_config
+from pydantic import Field, field_validator
+
+
+class SLOSettings(ServiceSettings):
+    model_config = settings_config("KOORD_SLO_")
+
+    http_port: int = Field(8082, ge=0, le=65535)
+    # The slo-controller-config ConfigMap as a YAML/JSON file (the ConfigMap object or its data
+    # map); empty = Koordinator's shipped config (colocation on, defaults elsewhere).
+    config_map_file: str = ""
+    config_poll_s: float = Field(5.0, gt=0)
+    resync_s: float = Field(30.0, gt=0, description="recompute every node this often (degrade detection)")
+    degrade_seconds: float | None = Field(
+        None, gt=0, description="overrides degradeTimeMinutes (tests and fast simulations)"
+    )
+    resource_prefix: str = Field("", description="published batch/mid prefix; empty = KOORD_RESOURCE_PREFIX or koordinator.sh/")
+    publish_nodeslo: bool = True
+    metrics_catchup_s: float = Field(5.0, ge=0, description="wait this long for stored NodeMetrics before planning")
+    # admission webhook
+    webhook_enabled: bool = True
+    profiles_file: str = Field("", description="YAML with ClusterColocationProfile/PriorityClass/Namespace objects")
+    profiles_from_cluster: bool = True
+    profiles_refresh_s: float = Field(30.0, gt=0)
+    webhook_host: str = "0.0.0.0"
+    webhook_port: int = Field(9443, ge=0, le=65535)
+    tls_cert_file: str = Field("", description="serving certificate (PEM); with tls_key_file enables HTTPS")
+    tls_key_file: str = ""
+
+    @field_validator("resource_prefix")
+    @classmethod
+    def _prefix_ends_with_slash(cls, v: str) -> str:
+        v = v.strip()
+        return v if not v or v.endswith("/") else v + "/"
