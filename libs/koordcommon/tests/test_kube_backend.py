@@ -250,6 +250,13 @@ class FakeApiServer:
             node["metadata"]["resourceVersion"] = self.next_rv()
             self.nodes[mt[1]] = node
             return 200, node
+        if p == "/api/v1/namespaces" and m == "GET":
+            namespaces = sorted({i["metadata"].get("namespace", "default") for i in self.pods})
+            items = [
+                {"metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns, "team": f"t-{ns}"}}}
+                for ns in namespaces
+            ]
+            return self._list("NamespaceList", items, rec)
         if p == "/api/v1/pods" and m == "GET":
             items = self.pods
             for sel in rec.query.get("fieldSelector", []):
@@ -455,6 +462,12 @@ async def test_list_pods_in_a_namespace(cluster, server):
     pods = await cluster.list_pods(namespace="cpu-example")
     assert [p.name for p in pods] == ["cpu-demo"]
     assert server.find("GET", "/api/v1/namespaces/cpu-example/pods")
+
+
+async def test_list_namespaces_with_labels(cluster, server):
+    namespaces = await cluster.list_namespaces()
+    assert namespaces["cpu-example"] == {"kubernetes.io/metadata.name": "cpu-example", "team": "t-cpu-example"}
+    assert server.find("GET", "/api/v1/namespaces")
 
 
 async def test_get_pod(cluster):

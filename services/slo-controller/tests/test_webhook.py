@@ -294,3 +294,28 @@ async def test_tls_with_generated_certificates(tmp_path, store):
     finally:
         stopping.set()
         await server
+
+
+async def test_namespace_labels_come_from_the_cluster():
+    """With the kubernetes or sim backend the namespace selector reads the cluster's namespaces."""
+    from koordcommon.cluster.sim import SimCluster, SimSpec
+
+    docs = [d for d in load_documents(EXAMPLES / "spark-colocation-profile.yaml") if d.get("kind") != "Namespace"]
+    s = ProfileStore()
+    assert s.load_documents(docs) == []
+    app = create_app(s, prefix=PREFIX, rand_intn=lambda n: 0)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as c:
+        untouched = (await c.post("/mutate-pod", json=review(spark_pod(), "spark-cluster"))).json()["response"]
+        assert untouched["allowed"] is True and "patch" not in untouched
+
+        sim = SimCluster(SimSpec(nodes=1, online_pods_per_node=0))
+        await sim.apply_custom("Namespace", {
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "spark-cluster", "labels": {"koordinator.sh/enable-colocation": "true"}},
+        })
+        await s.refresh_from_cluster(sim)
+        assert s.namespace_labels("spark-cluster")["koordinator.sh/enable-colocation"] == "true"
+        mutated = (await c.post("/mutate-pod", json=review(spark_pod(), "spark-cluster"))).json()["response"]
+        assert mutated["allowed"] is True
+        ops = {op["path"]: op.get("value") for op in decode_patch(mutated)}
+        assert ops["/spec/priorityClassName"] == "koord-batch"

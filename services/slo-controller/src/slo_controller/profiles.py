@@ -28,6 +28,7 @@ class ProfileStore:
         self._cluster_profiles: list[ColocationProfile] = []
         self._merged: list[ColocationProfile] = []
         self._namespaces: dict[str, dict[str, str]] = {}
+        self._cluster_namespaces: dict[str, dict[str, str]] = {}
         self._classes: dict[str, PriorityClassInfo] = dict(BUILTIN_PRIORITY_CLASSES)
         self.errors: list[str] = []
 
@@ -37,7 +38,9 @@ class ProfileStore:
         return self._merged
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
-        labels = dict(self._namespaces.get(namespace, {}))
+        # The cluster's labels, with the profile file's on top (a file can stand in for a cluster
+        # that the controller may not list).
+        labels = {**self._cluster_namespaces.get(namespace, {}), **self._namespaces.get(namespace, {})}
         labels.setdefault(LABEL_NAMESPACE_NAME, namespace)
         return labels
 
@@ -121,3 +124,7 @@ class ProfileStore:
             log.warning("listing ClusterColocationProfiles failed", extra={"error": repr(exc)})
             return
         self.set_cluster_profiles(objs)
+        try:
+            self._cluster_namespaces = await cluster.list_namespaces()
+        except Exception as exc:  # noqa: BLE001 - keep the namespace labels already known
+            log.warning("listing namespaces failed", extra={"error": repr(exc)})

@@ -243,6 +243,15 @@ class KubeCluster:
                 return None
             raise
 
+    async def list_namespaces(self) -> dict[str, dict[str, str]]:
+        items = await asyncio.to_thread(self._list_all, self._core.list_namespace)
+        out: dict[str, dict[str, str]] = {}
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            if isinstance(meta.get("name"), str):
+                out[meta["name"]] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        return out
+
     async def resolve_workload(self, pod: PodRecord) -> tuple[str, str]:
         owner = pod.controller
         if owner is None:

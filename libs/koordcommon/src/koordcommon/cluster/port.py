@@ -56,6 +56,10 @@ class ClusterPort(Protocol):
         """Node and pod changes (and custom objects) from now on; each subscriber gets all."""
         ...
 
+    async def list_namespaces(self) -> dict[str, dict[str, str]]:
+        """Every namespace with its labels (profile and descheduler namespace selectors)."""
+        ...
+
     async def resolve_workload(self, pod: PodRecord) -> tuple[str, str]:
         """(kind, name) of the pod's workload: ReplicaSet resolved to its Deployment when known."""
         ...

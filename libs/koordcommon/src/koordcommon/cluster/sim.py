@@ -233,6 +233,15 @@ class SimCluster:
 
         return events()
 
+    async def list_namespaces(self) -> dict[str, dict[str, str]]:
+        """Namespaces the pods use, plus any applied `Namespace` object with its labels."""
+        names = {p.namespace for p in self.state.pods.values()}
+        out = {n: {"kubernetes.io/metadata.name": n} for n in names}
+        for (_, name), obj in self.state.custom.get("Namespace", {}).items():
+            labels = {str(k): str(v) for k, v in ((obj.get("metadata") or {}).get("labels") or {}).items()}
+            out[name] = {"kubernetes.io/metadata.name": name, **labels}
+        return out
+
     async def resolve_workload(self, pod: PodRecord) -> tuple[str, str]:
         return self.state.resolve_workload(pod)
 

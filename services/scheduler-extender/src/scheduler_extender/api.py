@@ -1,0 +1,145 @@
+"""HTTP adapter: the kube-scheduler extender verbs.
+
+Routes are plain Starlette routes reading the raw body: the extender JSON is decoded with orjson
+by `core.wire`, not by pydantic models, because a filter call may carry thousands of nodes and
+the extender sits on the scheduling hot path.
+
+Status codes: 200 for every answer kube-scheduler should use; 400 with `{"Error": "..."}` for
+a body that is not the extender JSON (malformed JSON, missing Pod, bad quantities). An internal
+failure is answered 200 in the verb's own way: filter sets `Error` (the scheduling attempt
+fails, or is skipped when the extender is ignorable); prioritize returns no scores (kube-scheduler
+ignores prioritize errors anyway); preempt returns the candidates unchanged (no objection).
+
+No /bind: kube-scheduler binds by itself. A bind verb would make this service a single point of
+failure for every pod it is interested in, and the extender needs nothing from binding that the
+cluster watch does not tell it a moment later (the placed pod is counted on its node as soon as
+the watch shows it bound, and from prioritize on via the assumed placement).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+from prometheus_client import Counter, Histogram
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .core import wire
+from .core.extender import VerbResult, filter_request, preempt_request, prioritize_request
+from .core.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+REQUESTS = Counter("koord_extender_requests_total", "Extender calls by verb and outcome", ["verb", "outcome"])
+LATENCY = Histogram(
+    "koord_extender_request_seconds",
+    "Extender call latency (body read to reply) by verb",
+    ["verb"],
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+FILTERED = Counter("koord_extender_nodes_filtered_total", "Nodes rejected by filter or preempt, by reason", ["reason"])
+CANDIDATES = Histogram(
+    "koord_extender_candidate_nodes",
+    "Nodes per request by verb",
+    ["verb"],
+    buckets=(1, 10, 100, 500, 1000, 2500, 5000, 10000),
+)
+
+JSON = "application/json"
+
+
+def _bad_request(verb: str, message: str) -> Response:
+    REQUESTS.labels(verb, "bad_request").inc()
+    return Response(orjson.dumps({"Error": message}), status_code=400, media_type=JSON)
+
+
+def _verb(
+    verb: str,
+    decode: Callable[[bytes], object],
+    run: Callable[[ClusterState, object], VerbResult],
+    on_error: Callable[[object | None, str], bytes],
+    state: ClusterState,
+):
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            return await handle(request)
+        finally:
+            LATENCY.labels(verb).observe(time.perf_counter() - started)
+
+    async def handle(request: Request) -> Response:
+        body = await request.body()
+        try:
+            args = decode(body)
+        except wire.WireError as exc:
+            return _bad_request(verb, str(exc))
+        try:
+            result = run(state, args)
+        except wire.WireError as exc:  # e.g. a quantity in the Pod that does not parse
+            return _bad_request(verb, str(exc))
+        except Exception as exc:
+            log.exception("extender %s failed", verb)
+            REQUESTS.labels(verb, "error").inc()
+            return Response(on_error(args, f"scheduler-extender {verb} failed: {exc}"), media_type=JSON)
+        for reason, n in result.reasons.items():
+            FILTERED.labels(reason).inc(n)
+        REQUESTS.labels(verb, "ok").inc()
+        if isinstance(args, wire.ExtenderArgs):
+            CANDIDATES.labels(verb).observe(
+                len(args.node_names if args.node_names is not None else args.nodes["items"])
+            )
+        return Response(result.body, media_type=JSON)
+
+    endpoint.__name__ = f"extender_{verb}"
+    return endpoint
+
+
+def _filter_error(args, message: str) -> bytes:
+    return wire.encode_filter_result(error=message)
+
+
+def _prioritize_error(args, message: str) -> bytes:
+    return b"[]"
+
+
+def _preempt_error(args, message: str) -> bytes:
+    if isinstance(args, wire.ExtenderPreemptionArgs) and args.node_to_meta_victims is not None:
+        return wire.encode_preemption_result(args.node_to_meta_victims)
+    return wire.encode_preemption_result(None)
+
+
+def install(app, state: ClusterState, url_prefix: str = "") -> None:
+    """Add POST <url_prefix>/filter, /prioritize and /preempt to a Starlette/FastAPI app."""
+    prefix = url_prefix.rstrip("/")
+    app.add_route(
+        f"{prefix}/filter",
+        _verb("filter", wire.decode_extender_args, filter_request, _filter_error, state),
+        methods=["POST"],
+    )
+    app.add_route(
+        f"{prefix}/prioritize",
+        _verb("prioritize", wire.decode_extender_args, prioritize_request, _prioritize_error, state),
+        methods=["POST"],
+    )
+    app.add_route(
+        f"{prefix}/preempt",
+        _verb("preempt", wire.decode_preemption_args, preempt_request, _preempt_error, state),
+        methods=["POST"],
+    )
+
+    async def summary(request: Request) -> Response:
+        return Response(orjson.dumps(state.summary()), media_type=JSON)
+
+    app.add_route("/api/v1/summary", summary, methods=["GET"])
+
+
+def create_app(state: ClusterState, url_prefix: str = ""):
+    """A bare app with only the extender routes (tests, benchmarks); the service uses `install`."""
+    from starlette.applications import Starlette
+
+    app = Starlette()
+    install(app, state, url_prefix)
+    return app

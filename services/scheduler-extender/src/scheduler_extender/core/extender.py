@@ -1,0 +1,282 @@
+"""The three verbs over the in-memory state: request bytes in, reply bytes out.
+
+`filter` = LoadAwareScheduling filter + batch fit + reservations; `prioritize` = least-used
+score mapped to 0-10, with reservation owners steered to their reservation; `preempt` keeps
+only the candidate nodes where evicting the proposed victims would let the pod pass our filter.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+from koordcommon.kube_codec import pod_from_k8s
+from koordcommon.records import PodRecord
+from koordcommon.resources import ZERO, sum_resources
+
+from . import loadaware as la
+from . import reservation as rsv
+from .batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes, batch_names
+from .loadaware import node_load
+from .state import ClusterState, PodInfo
+from .table import BOOL_COLUMNS, INT_COLUMNS, NodeTable
+from .wire import (
+    MAX_EXTENDER_PRIORITY,
+    ExtenderArgs,
+    ExtenderPreemptionArgs,
+    FilterOutcome,
+    MetaVictims,
+    WireError,
+    encode_filter_outcome,
+    encode_host_priority_list,
+    encode_preemption_result,
+    pick,
+)
+
+UNKNOWN = 20
+BATCH_BASE = 10  # batch codes are stored as BATCH_BASE + batchfit code
+REASON_UNKNOWN = "node(s) unknown to the extender: no node, NodeMetric or NodeResource seen for it"
+
+
+@dataclass(slots=True)
+class VerbResult:
+    body: bytes
+    reasons: Counter = field(default_factory=Counter)  # nodes filtered, by reason
+
+
+def parse_pod(pod: dict) -> PodRecord:
+    try:
+        return pod_from_k8s(pod)
+    except ValueError as exc:
+        raise WireError(f"Pod: {exc}") from None
+
+
+def _reason_table(info: PodInfo) -> dict[int, str]:
+    reasons = {UNKNOWN: REASON_UNKNOWN, **la.REASONS}
+    if not info.batch.is_zero():
+        cpu_name, mem_name = batch_names(info.record)
+        reasons[BATCH_BASE + BATCH_CPU_SHORT] = f"node(s) Insufficient {cpu_name}"
+        reasons[BATCH_BASE + BATCH_MEM_SHORT] = f"node(s) Insufficient {mem_name}"
+    return reasons
+
+
+def _judge_reservations(state: ClusterState, info: PodInfo, node: str, now: int) -> rsv.ReservationVerdict:
+    room = rsv.NodeRoom(state.allocatable(node), state.requested(node))
+    return rsv.judge(room, state.node_reservations(node), info.record, info.request, now)
+
+
+def _rows(state: ClusterState, names: list) -> tuple[np.ndarray, list[int]]:
+    try:
+        return state.table.rows_of(names)
+    except TypeError:
+        raise WireError("NodeNames must be an array of node names") from None
+
+
+def filter_nodes(
+    state: ClusterState, info: PodInfo, names: list[str], now: int
+) -> tuple[FilterOutcome, Counter, np.ndarray, list[int]]:
+    t = state.table
+    cfg = state.config
+    ix, missing = _rows(state, names)
+    n = len(names)
+    if info.daemonset:
+        codes = np.zeros(n, dtype=np.int8)  # Koordinator lets DaemonSet pods through load checks
+    else:
+        codes = la.filter_codes(t, ix, info.estimate, info.is_prod, now, cfg.load)
+    if not info.batch.is_zero():
+        b = batch_codes(t, ix, info.batch)
+        codes = np.where((codes == 0) & (b > 0), b + BATCH_BASE, codes)
+    if cfg.fail_unknown_nodes:
+        unknown = ~t.known[ix]
+        if missing:
+            unknown[missing] = True
+        codes[unknown] = UNKNOWN
+    elif missing:
+        codes[missing] = 0
+    outcome = FilterOutcome()
+    unresolvable: dict[int, str] = {}
+    failed_extra: dict[int, str] = {}
+    required = rsv.required_reservation(info.record) is not None
+    if required or t.has_resv[ix].any():
+        check = range(n) if required else np.flatnonzero(t.has_resv[ix]).tolist()
+        for i in check:
+            if codes[i] != 0:
+                continue
+            if required and not state.resv_by_node.get(names[i]):
+                unresolvable[i] = "node(s) didn't match the pod's reservation affinity"
+                continue
+            verdict = _judge_reservations(state, info, names[i], now)
+            if not verdict.fits:
+                (unresolvable if required and not verdict.matched else failed_extra)[i] = verdict.reason
+    reason_of = _reason_table(info)
+    counts: Counter = Counter()
+    bad = np.flatnonzero(codes)
+    if len(bad):
+        bad_codes = codes[bad]
+        outcome.failed = dict(zip(pick(names, bad.tolist()), map(reason_of.__getitem__, bad_codes.tolist())))
+        for code in np.flatnonzero(per_code := np.bincount(bad_codes)).tolist():
+            counts[reason_of[code]] += int(per_code[code])
+    for i, reason in failed_extra.items():
+        outcome.failed[names[i]] = reason
+        counts[reason] += 1
+    for i, reason in unresolvable.items():
+        outcome.unresolvable[names[i]] = reason
+        counts[reason] += 1
+    if not failed_extra and not unresolvable:
+        outcome.passed = np.flatnonzero(codes == 0).tolist()
+    else:
+        drop = set(failed_extra) | set(unresolvable)
+        outcome.passed = [i for i in np.flatnonzero(codes == 0).tolist() if i not in drop]
+    return outcome, counts, ix, missing
+
+
+def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
+    now = state.clock() if now is None else now
+    info = state.pod_info_json(args.pod, parse_pod)
+    names = args.candidate_names()
+    outcome, counts, ix, missing = filter_nodes(state, info, names, now)
+    passed_names = pick(names, outcome.passed)
+    # kube-scheduler's prioritize call for this pod carries exactly these names when this is
+    # the last filtering extender: their rows are kept so prioritize need not look them up.
+    state.last_passed = (passed_names, ix[outcome.passed] if passed_names and not missing else None)
+    if len(outcome.passed) == 1:
+        # kube-scheduler skips prioritize when one node is left and binds it directly.
+        state.assume(info, names[outcome.passed[0]])
+    return VerbResult(encode_filter_outcome(args, names, outcome, passed_names), counts)
+
+
+def score_nodes(state: ClusterState, info: PodInfo, names: list[str], now: int):
+    """(0-10 scores, 0-100 scores, rows, positions of unknown names), in the request's order."""
+    t = state.table
+    cfg = state.config
+    last = state.last_passed
+    if last is not None and last[1] is not None and names == last[0]:
+        ix, missing = last[1], []
+    else:
+        ix, missing = _rows(state, names)
+    raw, valid = la.scores(t, ix, info.estimate, info.is_prod, now, cfg.load)
+    if missing:
+        valid = valid.copy()
+        valid[missing] = False
+        raw[missing] = 0
+    mapped = la.to_extender_scores(raw, valid, cfg.score_mapping, cfg.score_min_span)
+    if t.has_resv[ix].any():
+        steer = [
+            i
+            for i in np.flatnonzero(t.has_resv[ix]).tolist()
+            if (v := _judge_reservations(state, info, names[i], now)).fits and v.matched
+        ]
+        if steer:
+            # A reservation owner belongs on its reservation: those nodes get the top score,
+            # every other node none (Koordinator gives the reservation plugin weight 5000).
+            mapped[:] = 0
+            mapped[steer] = MAX_EXTENDER_PRIORITY
+    return mapped, raw, ix, missing
+
+
+def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
+    now = state.clock() if now is None else now
+    info = state.pod_info_json(args.pod, parse_pod)
+    names = args.candidate_names()
+    if not names:
+        return VerbResult(b"[]")
+    mapped, raw, ix, missing = score_nodes(state, info, names, now)
+    best = int(np.lexsort((-raw, -mapped))[0])  # highest mapped score, then highest raw score
+    state.assume(info, names[best])
+    if missing:
+        return VerbResult(encode_host_priority_list(names, mapped.tolist()))
+    enc = state.host_priorities
+    enc.ensure(state.table.names)
+    return VerbResult(enc.encode(ix, mapped))
+
+
+# --------------------------------------------------------------------------- preempt
+
+
+def _victim_keys(state: ClusterState, node: str, uids: list[str]) -> list[str] | None:
+    """Keys of the victims on `node`; None when one of them is unknown here."""
+    by_uid = {state.pods[k].uid: k for k in state.assigned.get(node, {}) if k in state.pods}
+    keys = []
+    for uid in uids:
+        key = by_uid.get(uid)
+        if key is None:
+            return None
+        keys.append(key)
+    return keys
+
+
+def _passes_without(state: ClusterState, info: PodInfo, node: str, victims: list[str], now: int) -> str | None:
+    """The filter reason still left on `node` once `victims` are gone, or None when it passes."""
+    t = state.table
+    r = t.index.get(node)
+    if r is None:
+        return REASON_UNKNOWN if state.config.fail_unknown_nodes else None
+    tmp = NodeTable(capacity=1)
+    tmp.row(node)
+    for col in INT_COLUMNS + BOOL_COLUMNS:
+        getattr(tmp, col)[0] = getattr(t, col)[r]
+    pods = state.assigned.get(node, {})
+    gone = set(victims)
+    metric = state.metrics.get(node)
+    if metric is not None:
+        remaining = [p for k, p in pods.items() if k not in gone]
+        load = node_load(metric, remaining, state.config.load)
+        reported = {f"{pm.namespace}/{pm.name}": pm.usage for pm in metric.pods}
+        freed = sum_resources(reported.get(k, ZERO) for k in gone)
+        # Node usage still holds the victims' usage; prod usage sums only the remaining pods.
+        load.exist = (load.exist - freed).clamp0()
+        load.agg_filter = (load.agg_filter - freed).clamp0()
+        la.write_load(tmp, 0, load)
+    breq = sum_resources(p.batch for k, p in pods.items() if k not in gone)
+    tmp.set(0, breq_cpu=breq.cpu_milli, breq_mem=breq.memory_bytes)
+    ix = np.zeros(1, dtype=np.intp)
+    code = (
+        0 if info.daemonset else int(la.filter_codes(tmp, ix, info.estimate, info.is_prod, now, state.config.load)[0])
+    )
+    if code == 0 and not info.batch.is_zero():
+        b = int(batch_codes(tmp, ix, info.batch)[0])
+        code = BATCH_BASE + b if b else 0
+    return _reason_table(info)[code] if code else None
+
+
+def preempt_request(state: ClusterState, args: ExtenderPreemptionArgs, now: int | None = None) -> VerbResult:
+    """Keep the candidates on which the pod would pass our filter after the victims leave.
+
+    Victims are returned as given (same order: kube-scheduler treats the first as the
+    highest-priority one). A node whose victims this extender does not know is kept: the
+    scheduler's own dry run chose them and there is nothing to judge them by.
+    """
+    now = state.clock() if now is None else now
+    info = state.pod_info_json(args.pod, parse_pod)
+    meta: dict[str, MetaVictims] = {}
+    if args.node_to_meta_victims is not None:
+        meta = dict(args.node_to_meta_victims)
+    elif args.node_to_victims is not None:
+        for node, v in args.node_to_victims.items():
+            uids = [str(((p.get("metadata") or {}).get("uid")) or "") for p in v.pods]
+            meta[node] = MetaVictims(uids, v.num_pdb_violations)
+    kept: dict[str, MetaVictims] = {}
+    counts: Counter = Counter()
+    for node, victims in meta.items():
+        keys = _victim_keys(state, node, victims.uids)
+        if keys is None:
+            kept[node] = victims
+            continue
+        reason = _passes_without(state, info, node, keys, now)
+        if reason is None:
+            kept[node] = victims
+        else:
+            counts[reason] += 1
+    return VerbResult(encode_preemption_result(kept), counts)
+
+
+__all__ = [
+    "VerbResult",
+    "filter_nodes",
+    "filter_request",
+    "parse_pod",
+    "preempt_request",
+    "prioritize_request",
+    "score_nodes",
+]

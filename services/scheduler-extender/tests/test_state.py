@@ -1,0 +1,126 @@
+"""The assigned-pod cache: timestamps, assumed placements, moves, deletions, stale metrics."""
+
+import numpy as np
+from extender_helpers import T0, Gi, guaranteed, metric, node, pod_metric
+from koordcommon.resources import Resources
+from scheduler_extender.core import wire
+from scheduler_extender.core.extender import filter_request, prioritize_request
+from scheduler_extender.core.state import ExtenderConfig, pending_of
+from test_loadaware import make_state
+
+
+def exist_cpu(st, name):
+    return st.table.get(st.table.index[name], "exist_cpu")
+
+
+def test_initial_pods_are_old_live_pods_are_fresh():
+    st = make_state()
+    st.apply_node(node("n"))
+    st.apply_metric(metric("n", 10000, 8 * Gi, pods=[pod_metric("old", 1500, Gi), pod_metric("new", 1500, Gi)]))
+    st.apply_pod(guaranteed("old", 4000, 8 * Gi, node="n", start_ms=T0 - 3_600_000), initial=True)
+    st.apply_pod(guaranteed("new", 4000, 8 * Gi, node="n", start_ms=T0 - 3_600_000))  # seen bound now
+    # only the live one is inside the window: 10000 + max(0, 3400 - 1500)
+    assert pending_of(st, "n") == ["default/new"]
+    assert exist_cpu(st, "n") == 11900
+
+
+def test_stale_metric_is_ignored():
+    st = make_state()
+    st.apply_node(node("n"))
+    assert st.apply_metric(metric("n", 10000, Gi, ts=T0))
+    assert not st.apply_metric(metric("n", 99999, Gi, ts=T0 - 1))
+    assert exist_cpu(st, "n") == 10000
+
+
+def test_assumed_pod_moves_to_where_it_was_bound_and_expires():
+    st = make_state(ExtenderConfig(assume_ttl_s=30))
+    for name in ("a", "b"):
+        st.apply_node(node(name))
+        st.apply_metric(metric(name, 1000, Gi))
+    info = st.pod_info(guaranteed("p", 4000, 8 * Gi))
+    st.assume(info, "a")
+    assert exist_cpu(st, "a") == 4400 and exist_cpu(st, "b") == 1000
+    st.apply_pod(guaranteed("p", 4000, 8 * Gi, node="b"))  # the scheduler chose b after all
+    assert exist_cpu(st, "a") == 1000 and exist_cpu(st, "b") == 4400
+    st.remove_pod("default/p")
+    assert exist_cpu(st, "b") == 1000
+    st.assume(st.pod_info(guaranteed("q", 4000, 8 * Gi)), "a")
+    st.clock_box["now"] += 30_000
+    st.prune()
+    assert exist_cpu(st, "a") == 1000 and st.assumed == {}
+
+
+def test_terminated_pod_leaves_its_node():
+    st = make_state()
+    st.apply_node(node("n"))
+    st.apply_metric(metric("n", 1000, Gi))
+    st.apply_pod(guaranteed("p", 4000, 8 * Gi, node="n"))
+    assert exist_cpu(st, "n") == 4400
+    st.apply_pod(guaranteed("p", 4000, 8 * Gi, node="n", phase="Succeeded"))
+    assert exist_cpu(st, "n") == 1000
+
+
+def test_burst_through_the_verbs_spreads_instead_of_flooding():
+    """Ten identical pods, no binding seen yet: each prioritize counts its pod on the winner."""
+    st = make_state()
+    names = [f"n{i}" for i in range(5)]
+    for name in names:
+        st.apply_node(node(name))
+        st.apply_metric(metric(name, 8000, 8 * Gi))
+    chosen = []
+    for i in range(10):
+        pod = {
+            "metadata": {"name": f"w{i}", "namespace": "default", "uid": f"u{i}"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "resources": {
+                            "requests": {"cpu": "4", "memory": "8Gi"},
+                            "limits": {"cpu": "4", "memory": "8Gi"},
+                        },
+                    }
+                ]
+            },
+        }
+        args = wire.decode_extender_args(wire.encode_extender_args(pod, None, names))
+        passed = wire.decode_filter_result(filter_request(st, args).body).node_names
+        hp = wire.decode_host_priority_list(prioritize_request(st, wire.ExtenderArgs(pod, None, passed)).body)
+        chosen.append(max(hp, key=lambda x: x[1])[0])
+    assert sorted(chosen.count(n) for n in names) == [2, 2, 2, 2, 2]
+
+
+def test_apply_many_computes_each_row_once_with_the_same_result():
+    one, many = make_state(), make_state()
+    nodes = [node(f"n{i}") for i in range(3)]
+    pods = [guaranteed(f"p{i}", 1000, Gi, node=f"n{i % 3}", start_ms=T0 - 600_000) for i in range(9)]
+    for n in nodes:
+        one.apply_node(n)
+    for p in pods:
+        one.apply_pod(p, initial=True)
+    many.apply_many(nodes=nodes, pods=pods)
+    for st in (one, many):
+        for i in range(3):
+            st.apply_metric(metric(f"n{i}", 1000, Gi))
+    for col in ("exist_cpu", "exist_mem", "alloc_cpu", "known"):
+        assert np.array_equal(getattr(one.table, col)[:3], getattr(many.table, col)[:3])
+    assert exist_cpu(many, "n0") == 1000 + 3 * 850
+
+
+def test_profile_changes_the_estimate():
+    from extender_helpers import rs_owner
+    from scheduler_extender.core.estimator import WorkloadProfile
+
+    st = make_state()
+    p = guaranteed("web-5d4-x", 4000, 8 * Gi, labels={"pod-template-hash": "5d4"}, owners=[rs_owner("web-5d4")])
+    assert st.pod_info(p).estimate == Resources(3400, 6012954214)
+    st.apply_profile(("default", "Deployment", "web"), WorkloadProfile({"main": Resources(900, 3 * Gi)}))
+    assert st.pod_info(p).estimate == Resources(900, 3 * Gi)
+
+
+def test_raw_allocatable_annotation_overrides_allocatable():
+    st = make_state()
+    st.apply_node(node("n", annotations={"node.koordinator.sh/raw-allocatable": '{"cpu": 28, "memory": "32Gi"}'}))
+    st.apply_node(node("bad", annotations={"node.koordinator.sh/raw-allocatable": "{oops"}))
+    assert st.allocatable("n") == Resources(28000, 32 * Gi)
+    assert st.allocatable("bad") == Resources(32000, 64 * Gi)
