@@ -184,7 +184,7 @@ class DemoSettings(ServiceSettings):
 @pytest.fixture
 def clean_env(monkeypatch):
     for key in list(os.environ):
-        if key.startswith("KOORD_DEMO_") or key in ("NATS_URL", "DATABASE_URL"):
+        if key.startswith("KOORD_DEMO_") or key in ("NATS_URL", "DATABASE_URL", "KOORD_LOG_LEVEL"):
             monkeypatch.delenv(key)
     return monkeypatch
 
@@ -203,6 +203,8 @@ def clean_env(monkeypatch):
          {"batch_size": 42, "log_level": "DEBUG", "bus_namespace": "yamlns"}),
         ({"KOORD_DEMO_BATCH_SIZE": "7"}, "batch_size: 42\nhttp_port: 9200\n", {"batch_size": 7, "http_port": 9200}),
         ({"NATS_URL": "nats://env:1"}, "nats_url: nats://yaml:1\n", {"nats_url": "nats://env:1"}),
+        ({"KOORD_LOG_LEVEL": "DEBUG"}, None, {"log_level": "DEBUG"}),
+        ({"KOORD_LOG_LEVEL": "DEBUG", "KOORD_DEMO_LOG_LEVEL": "WARNING"}, None, {"log_level": "WARNING"}),
         ({}, "nats_url: nats://yaml:1\nunknown_key: 1\n", {"nats_url": "nats://yaml:1"}),
     ],
 )

@@ -73,15 +73,15 @@ def _res(owners):
             [rsv.Owner(controller={"name": "test-sts-0", "controller": True, "namespace": "test"})],
             True,
         ),
-        (pod("p", labels={"aaa": "bbb", "ccc": "ddd"}), [rsv.Owner(selector=rsv.LabelSelector({"aaa": "bbb"}))], True),
+        (pod("p", labels={"aaa": "bbb", "ccc": "ddd"}), [rsv.Owner(selector=rsv.parse_selector({"matchLabels": {"aaa": "bbb"}}))], True),
         (
             pod("test-pod-1", labels={"aaa": "bbb", "ccc": "ddd"}),
-            [rsv.Owner(object={"name": "test-pod-2"}, selector=rsv.LabelSelector({"aaa": "bbb", "xxx": "yyy"}))],
+            [rsv.Owner(object={"name": "test-pod-2"}, selector=rsv.parse_selector({"matchLabels": {"aaa": "bbb", "xxx": "yyy"}}))],
             False,
         ),
         (
             pod("test-pod-2", labels={"aaa": "bbb", "ccc": "ddd"}),
-            [rsv.Owner(object={"name": "test-pod-0"}), rsv.Owner(selector=rsv.LabelSelector({"aaa": "bbb"}))],
+            [rsv.Owner(object={"name": "test-pod-0"}), rsv.Owner(selector=rsv.parse_selector({"matchLabels": {"aaa": "bbb"}}))],
             True,
         ),
         (pod("anything"), [rsv.Owner()], True),  # owners == [{}] matches everything

@@ -112,14 +112,7 @@ class PodRecord:
 
     def batch_requests(self) -> Resources:
         """koordinator.sh/batch-cpu (milli) and batch-memory, under either accepted prefix."""
-        cpu = mem = 0
-        for name, value in self.requests().items():
-            suffix = rn.tier_suffix(name)
-            if suffix == rn.BATCH_CPU_SUFFIX:
-                cpu += value
-            elif suffix == rn.BATCH_MEMORY_SUFFIX:
-                mem += value
-        return Resources(cpu, mem)
+        return rn.batch_of(self.requests())
 
     def computed_kube_qos(self) -> KubeQoS:
         """The Kubernetes QoS class from cpu/memory requests and limits of all containers."""

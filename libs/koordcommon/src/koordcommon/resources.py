@@ -115,6 +115,18 @@ class Resources:
 ZERO = Resources()
 
 
+def batch_of(resource_list: dict[str, int]) -> Resources:
+    """batch-cpu (milli-cores) and batch-memory of an integer resource list, under either prefix."""
+    cpu = mem = 0
+    for name, value in resource_list.items():
+        suffix = tier_suffix(name)
+        if suffix == BATCH_CPU_SUFFIX:
+            cpu += value
+        elif suffix == BATCH_MEMORY_SUFFIX:
+            mem += value
+    return Resources(cpu, mem)
+
+
 def sum_resources(items) -> Resources:
     cpu = mem = 0
     for r in items:

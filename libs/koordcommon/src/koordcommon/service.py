@@ -69,7 +69,7 @@ def settings_config(prefix: str, **extra: Any) -> SettingsConfigDict:
 
 
 class _PlainEnvSource(PydanticBaseSettingsSource):
-    """Un-prefixed variables shared by every service (NATS_URL, DATABASE_URL).
+    """Un-prefixed variables shared by every service (NATS_URL, DATABASE_URL, KOORD_LOG_LEVEL).
 
     Ranked below the prefixed variables so one process can still override them.
     """
@@ -97,7 +97,12 @@ class ServiceSettings(BaseSettings):
     """Settings common to every service; subclasses add theirs and set `settings_config(prefix)`."""
 
     model_config = settings_config("KOORD_")
-    PLAIN_ENV: ClassVar[dict[str, str]] = {"nats_url": "NATS_URL", "database_url": "DATABASE_URL"}
+    # Un-prefixed variables one deployment sets once for every service.
+    PLAIN_ENV: ClassVar[dict[str, str]] = {
+        "nats_url": "NATS_URL",
+        "database_url": "DATABASE_URL",
+        "log_level": "KOORD_LOG_LEVEL",
+    }
 
     nats_url: str = "nats://127.0.0.1:4222"
     database_url: str = Field("", description="SQLAlchemy URL; empty = embedded SQLite in data_dir")

@@ -1,4 +1,10 @@
-"""koordctl: run the embedded demo and inspect a running system."""
+"""koordctl: run the embedded demo and inspect a running system.
+
+Service URLs come from options, else from the running demo's state file
+(~/.koord/demo.json, or $KOORD_STATE_FILE). A service that cannot be reached ends the
+command with exit code 2 and one line naming the URL. `-o json` prints machine-readable
+output on stdout; progress bars go to stderr.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +13,140 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Any
 
 import httpx
 import typer
+import yaml
 from rich.console import Console
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
-from .launcher import DemoPlan
-from .render import cores, gib
+from . import render
+from .launcher import SERVICES, DemoPlan
 
 app = typer.Typer(help="Run and inspect the colocation system.", no_args_is_help=True)
-console = Console()
+# Piped output is not cut at 80 columns: tables stay whole for grep and logs.
+console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "220")))
+progress_console = Console(stderr=True)
+
+EXIT_UNREACHABLE = 2
+HTTP_TIMEOUT_S = 5.0
+MAX_ITEMS = 100_000  # a bound on paging, far above any cluster this runs against
+
+OutputOpt = typer.Option("table", "--output", "-o", help="table or json")
+
+
+class Unreachable(Exception):
+    """A service did not answer (or answered an error) at `url`."""
+
+    def __init__(self, url: str, reason: str):
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+def _fail(message: str, code: int = EXIT_UNREACHABLE) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _check_output(output: str) -> str:
+    if output not in ("table", "json"):
+        raise _fail(f"--output must be table or json, not {output!r}", 2)
+    return output
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+# ----------------------------------------------------------------------------- demo state
 
 
 def _state_file() -> Path:
     return Path(os.environ.get("KOORD_STATE_FILE", Path.home() / ".koord" / "demo.json"))
 
 
-def _collector_url(url: str | None) -> str:
-    if url:
-        return url.rstrip("/")
+def _state() -> dict[str, Any]:
     try:
-        state = json.loads(_state_file().read_text())
-        return state["services"]["metrics-collector"]
-    except (OSError, KeyError, ValueError):
-        console.print("[red]no collector URL given and no running demo found[/] (start one with `koordctl up`)")
-        raise typer.Exit(2)
+        data = json.loads(_state_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _service_url(name: str, given: str | None) -> str:
+    if given:
+        return given.rstrip("/")
+    url = (_state().get("services") or {}).get(name)
+    if not url:
+        raise _fail(f"no {name} URL given and no running demo in {_state_file()} (start one with `koordctl up`)")
+    return str(url).rstrip("/")
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+def get_json(client: httpx.Client, url: str, params: dict[str, Any] | None = None) -> Any:
+    params = {k: v for k, v in (params or {}).items() if v is not None}
+    try:
+        resp = client.get(url, params=params)
+    except httpx.HTTPError as exc:
+        raise Unreachable(url, f"cannot connect ({exc.__class__.__name__})") from None
+    if resp.status_code >= 400:
+        try:
+            detail = resp.json().get("detail", "")
+        except (ValueError, AttributeError):
+            detail = resp.text[:200]
+        raise Unreachable(url, f"answered {resp.status_code} {detail}".strip())
+    try:
+        return resp.json()
+    except ValueError:
+        raise Unreachable(url, "answered something that is not JSON") from None
+
+
+def pages(client: httpx.Client, url: str, params: dict[str, Any], limit: int | None = None) -> Iterator[dict]:
+    """Items of a cursor-paginated collector list, following next_cursor."""
+    cursor = None
+    seen = 0
+    while True:
+        page = get_json(client, url, {**params, "cursor": cursor})
+        for item in page.get("items", []):
+            yield item
+            seen += 1
+            if limit is not None and seen >= limit:
+                return
+        cursor = page.get("next_cursor")
+        if not cursor or seen >= MAX_ITEMS:
+            return
+
+
+def _progress(transient: bool = True) -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    console=progress_console, transient=transient, disable=not progress_console.is_terminal)  # fmt: skip
+
+
+def _collect(client: httpx.Client, url: str, params: dict[str, Any], what: str, limit: int | None = None) -> list:
+    out = []
+    with _progress() as bar:
+        task = bar.add_task(f"reading {what}", total=limit)
+        for item in pages(client, url, params, limit):
+            out.append(item)
+            bar.advance(task)
+    return out
+
+
+def _run(fn):
+    """Run a command body; an unreachable service becomes one error line and exit code 2."""
+    try:
+        return fn()
+    except Unreachable as exc:
+        raise _fail(f"cannot use {exc.url}: {exc.reason}") from None
+
+
+# ----------------------------------------------------------------------------- commands
 
 
 @app.command()
@@ -60,78 +173,283 @@ def up(
 
 
 @app.command()
-def status(
-    collector: str | None = typer.Option(None, help="metrics-collector URL"),
-    output: str = typer.Option("table", "-o", help="table or json"),
+def sim(
+    nodes: int = typer.Option(20, min=1, help="simulated nodes"),
+    extender_url: str = typer.Option(..., envvar="KOORD_EXTENDER_URL", help="scheduler-extender URL (urlPrefix)"),
+    nats_url: str = typer.Option("nats://127.0.0.1:4222", envvar="NATS_URL", help="NATS of the stack"),
+    namespace: str = typer.Option("", envvar="KOORD_BUS_NAMESPACE", help="bus namespace of the stack"),
+    batch_tasks_per_node_hour: float = typer.Option(60.0, min=0, help="batch tasks submitted per node and hour"),
+    genesis: bool = typer.Option(True, help="publish the simulated cluster (off: join one already published)"),
 ):
-    """Health of every service of the running demo and per-node batch capacity."""
-    state = {}
-    try:
-        state = json.loads(_state_file().read_text())
-    except (OSError, ValueError):
-        pass
-    services = state.get("services", {})
-    health = {}
-    with httpx.Client(timeout=2.0) as client:
+    """Drive the simulated cluster of a deployed stack (docker-compose): genesis, kube-scheduler's
+    loop through the extender, and the batch workload. Runs until SIGTERM."""
+    from .simdriver_cmd import run_sim_driver
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    asyncio.run(run_sim_driver(nats_url, extender_url, nodes, namespace, batch_tasks_per_node_hour, genesis))
+
+
+def probe_services(client: httpx.Client, services: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """/readyz of every service: ready, and why not."""
+    health: dict[str, dict[str, Any]] = {}
+    with _progress() as bar:
+        task = bar.add_task("checking services", total=len(services))
         for name, url in services.items():
+            entry: dict[str, Any] = {"url": url, "ready": False, "detail": ""}
             try:
-                health[name] = client.get(url + "/readyz").status_code == 200
-            except httpx.HTTPError:
-                health[name] = False
-    nodes = _get(_collector_url(collector) + "/api/v1/nodes")
+                resp = client.get(url.rstrip("/") + "/readyz")
+                entry["ready"] = resp.status_code == 200
+                if not entry["ready"]:
+                    entry["detail"] = f"readyz answered {resp.status_code}"
+            except httpx.HTTPError as exc:
+                entry["detail"] = f"unreachable ({exc.__class__.__name__})"
+            health[name] = entry
+            bar.advance(task)
+    return health
+
+
+@app.command()
+def status(
+    collector: str | None = typer.Option(None, help="metrics-collector URL (default: the running demo's)"),
+    output: str = OutputOpt,
+):
+    """Health of every service, and per-node batch capacity. Exit 1 when a service is not ready."""
+    _check_output(output)
+    state = _state()
+    services = {name: url for name, url in (state.get("services") or {}).items()}
+    collector_url = _service_url("metrics-collector", collector)
+    services.setdefault("metrics-collector", collector_url)
+    order = [s.name for s in SERVICES if s.name in services] + sorted(set(services) - {s.name for s in SERVICES})
+
+    def body():
+        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            health = probe_services(client, {n: services[n] for n in order})
+            nodes = _collect(client, collector_url + "/api/v1/nodes", {"limit": 500}, "nodes")
+        return health, nodes
+
+    health, nodes = _run(body)
+    totals = render.batch_totals(nodes)
+    all_ready = all(h["ready"] for h in health.values())
     if output == "json":
-        console.print_json(json.dumps({"services": health, "nodes": nodes}))
-        return
-    t = Table(title="services")
-    t.add_column("service")
-    t.add_column("ready")
-    for name, ok in health.items():
-        t.add_row(name, "[green]yes[/]" if ok else "[red]no[/]")
-    console.print(t)
-    _print_nodes(nodes)
+        _print_json({"services": health, "nodes": nodes, "batch": totals, "ready": all_ready,
+                     "dashboard": collector_url + "/dashboard/"})  # fmt: skip
+    else:
+        console.print(render.services_table(health))
+        console.print(render.nodes_table(nodes, title=f"nodes ({len(nodes)})"))
+        console.print(
+            f"batch allocatable {render.cores(totals['batch_allocatable_cpu_milli'])} cores / "
+            f"{render.gib(totals['batch_allocatable_memory_bytes'])}, allocated "
+            f"{render.cores(totals['batch_allocated_cpu_milli'])} cores / "
+            f"{render.gib(totals['batch_allocated_memory_bytes'])}"
+        )
+        console.print(f"dashboard: {collector_url}/dashboard/")
+    if not all_ready:
+        raise typer.Exit(1)
 
 
 @app.command()
 def nodes(
     collector: str | None = typer.Option(None, help="metrics-collector URL"),
-    output: str = typer.Option("table", "-o", help="table or json"),
+    output: str = OutputOpt,
 ):
-    """Nodes with capacity, prod usage and batch allocatable (from the collector)."""
-    data = _get(_collector_url(collector) + "/api/v1/nodes")
+    """Nodes with capacity, usage, prod usage, batch and mid resources (from the collector)."""
+    _check_output(output)
+    url = _service_url("metrics-collector", collector) + "/api/v1/nodes"
+
+    def body():
+        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            return _collect(client, url, {"limit": 500}, "nodes")
+
+    items = _run(body)
     if output == "json":
-        console.print_json(json.dumps(data))
+        _print_json(items)
     else:
-        _print_nodes(data)
+        console.print(render.nodes_table(items, title=f"nodes ({len(items)})"))
 
 
-def _get(url: str):
+@app.command()
+def pods(
+    collector: str | None = typer.Option(None, help="metrics-collector URL"),
+    node: str | None = typer.Option(None, help="only pods on this node"),
+    namespace: str | None = typer.Option(None, "--namespace", "-n", help="only pods in this namespace"),
+    limit: int = typer.Option(1000, min=1, help="at most this many pods"),
+    output: str = OutputOpt,
+):
+    """Pods seen in the last hour with their band, QoS, requests and usage."""
+    _check_output(output)
+    url = _service_url("metrics-collector", collector) + "/api/v1/pods"
+
+    def body():
+        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            params = {"node": node, "namespace": namespace, "limit": min(limit, 1000)}
+            return _collect(client, url, params, "pods", limit)
+
+    items = _run(body)
+    if output == "json":
+        _print_json(items)
+    else:
+        console.print(render.pods_table(items))
+
+
+@app.command()
+def recommendations(
+    recommender: str | None = typer.Option(None, help="recommender URL (default: the running demo's)"),
+    namespace: str | None = typer.Option(None, "--namespace", "-n", help="only workloads in this namespace"),
+    limit: int = typer.Option(1000, min=1, max=1000, help="at most this many workloads"),
+    output: str = OutputOpt,
+):
+    """Recommended container requests per workload, with the estimated savings."""
+    _check_output(output)
+    url = _service_url("recommender", recommender) + "/api/v1/recommendations"
+
+    def body():
+        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            return get_json(client, url, {"namespace": namespace, "limit": limit})
+
+    data = _run(body)
+    items = data.get("items", [])
+    savings = render.total_savings(items)
+    if output == "json":
+        _print_json({"items": items, "total": data.get("total", len(items)), "estimated_savings": savings})
+    else:
+        console.print(render.recommendations_table(items))
+        console.print(f"{data.get('total', len(items))} workloads; estimated savings "
+                      f"{render.cores(savings['cpu_milli'])} cores / {render.gib(savings['memory_bytes'])}")  # fmt: skip
+
+
+def _load_profile_file(path: Path) -> list[dict]:
     try:
-        resp = httpx.get(url, timeout=5.0)
-    except httpx.HTTPError as exc:
-        console.print(f"[red]cannot reach {url}[/]: {exc}")
-        raise typer.Exit(2)
-    if resp.status_code >= 400:
-        console.print(f"[red]{url} answered {resp.status_code}[/]: {resp.text[:300]}")
-        raise typer.Exit(2)
-    return resp.json()
+        docs = list(yaml.safe_load_all(path.read_text()))
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror or exc}", 1) from None
+    except yaml.YAMLError as exc:
+        raise _fail(f"{path} is not valid YAML: {str(exc).splitlines()[0]}", 1) from None
+    return [d for d in docs if isinstance(d, dict) and d.get("kind") == "ClusterColocationProfile"]
 
 
-def _print_nodes(data) -> None:
-    items = data.get("items", data) if isinstance(data, dict) else data
-    t = Table(title="nodes")
-    for col in ("node", "cpu cap", "mem cap", "prod cpu", "prod mem", "batch cpu", "batch mem"):
-        t.add_column(col)
-    for n in items:
-        t.add_row(
-            str(n.get("node") or n.get("name")),
-            cores((n.get("capacity") or {}).get("cpu_milli")),
-            gib((n.get("capacity") or {}).get("memory_bytes")),
-            cores((n.get("prod_usage") or {}).get("cpu_milli")),
-            gib((n.get("prod_usage") or {}).get("memory_bytes")),
-            cores((n.get("batch_allocatable") or {}).get("cpu_milli")),
-            gib((n.get("batch_allocatable") or {}).get("memory_bytes")),
-        )
-    console.print(t)
+async def _cluster_profiles(backend: str, nats_url: str, namespace: str) -> list[dict]:
+    from koordcommon.bus import Bus
+    from koordcommon.cluster.port import open_cluster
+
+    bus = None
+    options: dict[str, Any] = {}
+    if backend == "sim":
+        bus = Bus(nats_url, service="koordctl", namespace=namespace)
+        await bus.connect(timeout_s=HTTP_TIMEOUT_S)
+        options["bus"] = bus
+    cluster = open_cluster(backend, **options)
+    try:
+        await asyncio.wait_for(cluster.start(), timeout=60)
+        return await cluster.list_custom("ClusterColocationProfile")
+    finally:
+        await cluster.close()
+        if bus is not None:
+            await bus.close()
+
+
+@app.command()
+def profiles(
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="read profiles from this YAML file")] = None,
+    backend: str = typer.Option("sim", help="sim (the running demo's cluster) or kubernetes (kubeconfig)"),
+    nats_url: str | None = typer.Option(None, help="NATS of the demo (default: from the demo state)"),
+    namespace: str | None = typer.Option(None, help="bus namespace of the demo (default: from the demo state)"),
+    output: str = OutputOpt,
+):
+    """ClusterColocationProfiles: what pods they select and what they set."""
+    _check_output(output)
+    if file is not None:
+        objs = _load_profile_file(file)
+    else:
+        if backend not in ("sim", "kubernetes"):
+            raise _fail(f"--backend must be sim or kubernetes, not {backend!r}", 2)
+        state = _state()
+        url = nats_url or state.get("nats_url") or ""
+        ns = namespace if namespace is not None else state.get("namespace", "")
+        if backend == "sim" and not url:
+            raise _fail(f"no NATS URL given and no running demo in {_state_file()}")
+        try:
+            with progress_console.status("reading the cluster"):
+                objs = asyncio.run(_cluster_profiles(backend, url, ns))
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the cluster is reported alike
+            where = url if backend == "sim" else "the Kubernetes API (kubeconfig)"
+            raise _fail(f"cannot read profiles from {where}: {exc.__class__.__name__}: {exc}") from None
+    objs = sorted(objs, key=lambda o: (o.get("metadata") or {}).get("name") or "")
+    if output == "json":
+        _print_json(objs)
+    else:
+        console.print(render.profiles_table(objs))
+
+
+def _print_events(items: list[dict], output: str) -> None:
+    if output == "json":
+        _print_json(items)
+    else:
+        console.print(render.events_table(items))
+
+
+async def _follow(nats_url: str, namespace: str, kind: str | None, node: str | None, output: str,
+                  count: int | None, replay: bool) -> int:  # fmt: skip
+    from koordcommon import subjects
+    from koordcommon.bus import Bus
+    from koordcommon.schemas import Event
+
+    bus = Bus(nats_url, service="koordctl", namespace=namespace)
+    await bus.connect(timeout_s=HTTP_TIMEOUT_S)
+    filter_subject = (
+        f"{subjects.PREFIX}.events.{subjects.validate_token(kind)}.>" if kind else f"{subjects.PREFIX}.events.>"
+    )
+    shown = 0
+    try:
+        async for d in bus.tail(subjects.EVENTS_STREAM, filter_subject, Event, deliver="all" if replay else "new"):
+            e = d.msg.model_dump(mode="json", exclude={"schema_"})
+            if node and e.get("node") != node:
+                continue
+            typer.echo(json.dumps(e) if output == "json" else render.event_line(e))
+            shown += 1
+            if count is not None and shown >= count:
+                break
+    finally:
+        await bus.close()
+    return shown
+
+
+@app.command()
+def events(
+    collector: str | None = typer.Option(None, help="metrics-collector URL (without --follow)"),
+    kind: str | None = typer.Option(None, help="qos, evict, deschedule, mutate or schedule"),
+    node: str | None = typer.Option(None, help="only events about this node"),
+    limit: int = typer.Option(50, min=1, max=1000, help="how many of the newest events (without --follow)"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="stream events from the bus as they happen"),
+    replay: bool = typer.Option(False, help="with --follow: start from the oldest event kept on the bus"),
+    count: int | None = typer.Option(None, min=1, help="with --follow: stop after this many events"),
+    nats_url: str | None = typer.Option(None, help="NATS of the demo (default: from the demo state)"),
+    namespace: str | None = typer.Option(None, help="bus namespace (default: from the demo state)"),
+    output: str = OutputOpt,
+):
+    """QoS, eviction, descheduling, admission and scheduling events (newest first, or followed)."""
+    _check_output(output)
+    if not follow:
+        url = _service_url("metrics-collector", collector) + "/api/v1/events"
+
+        def body():
+            with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+                return get_json(client, url, {"kind": kind, "node": node, "limit": limit})["items"]
+
+        _print_events(_run(body), output)
+        return
+    state = _state()
+    url = nats_url or state.get("nats_url") or ""
+    ns = namespace if namespace is not None else state.get("namespace", "")
+    if not url:
+        raise _fail(f"no NATS URL given and no running demo in {_state_file()}")
+    try:
+        asyncio.run(_follow(url, ns, kind, node, output, count, replay))
+    except KeyboardInterrupt:
+        return
+    except ValueError as exc:  # a kind that is not a subject token
+        raise _fail(str(exc), 2) from None
+    except Exception as exc:  # noqa: BLE001 - NATS down or refusing: one line, exit 2
+        raise _fail(f"cannot follow events on {url}: {exc.__class__.__name__}: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -169,7 +169,7 @@ class Launcher:
         path.write_text(json.dumps({"data": DEMO_SLO_CONFIG}, indent=2))
         return path
 
-    def service_env(self, spec: ServiceDef, port: int, extender_url: str) -> dict[str, str]:
+    def service_env(self, spec: ServiceDef, port: int, urls: dict[str, str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}  # the demo is embedded: SQLite
         p = spec.env_prefix
         env.update(
@@ -193,18 +193,20 @@ class Launcher:
             env[f"{p}CONFIG_MAP_FILE"] = str(self.write_slo_config())
         if spec.name == "descheduler":
             env[f"{p}DRY_RUN"] = "true"
-            env[f"{p}EXTENDER_URL"] = extender_url
+            env[f"{p}EXTENDER_URL"] = urls.get("scheduler-extender", "")
+        if spec.name == "metrics-collector":
+            env[f"{p}RECOMMENDER_URL"] = urls.get("recommender", "")  # the dashboard's recommendations
         env.update(self.plan.extra_env)
         return env
 
     def start_services(self) -> list[RunningService]:
         ports = {s.name: free_port() for s in self.plan.services}
-        extender_url = f"http://127.0.0.1:{ports.get('scheduler-extender', 0)}"
+        urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         for spec in self.plan.services:
             log_path = self.data_dir / f"{spec.name}.log"
             proc = subprocess.Popen(
                 [sys.executable, "-m", spec.module],
-                env=self.service_env(spec, ports[spec.name], extender_url),
+                env=self.service_env(spec, ports[spec.name], urls),
                 stdout=open(log_path, "ab"),
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -107,12 +107,14 @@ class SLOController:
         self.ready.set()
         log.info("slo-controller started", extra={"nodes": len(self.nodes), "pods": len(self._pod_node)})
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float = 5.0) -> None:
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(BaseException):
-                await t
+        if self._tasks:
+            # Bounded: a task that swallows its cancellation must not hold up shutdown.
+            _, stuck = await asyncio.wait(self._tasks, timeout=timeout_s)
+            for t in stuck:
+                log.warning("task did not stop on cancel", extra={"task": t.get_name()})
         self._tasks.clear()
 
     # ------------------------------------------------------------------ inputs

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..records import NodeRecord, PodRecord, Taint
 from ..resources import Resources
+from ..selectors import SelectorError, parse_selector
 from .port import ClusterEvent, EvictionOutcome, EvictionResult
 from .sim_codec import pod_from_dict
 from .sim_genesis import Genesis, build, pod_uid, safe_hash
@@ -51,26 +52,13 @@ class MutationError(ValueError):
 
 
 def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
-    """A Kubernetes LabelSelector; policy/v1 semantics: `{}` selects everything, None nothing."""
-    if selector is None:
+    """policy/v1 PDB semantics: a null selector selects nothing, `{}` everything; a malformed
+    one selects nothing."""
+    try:
+        parsed = parse_selector(selector, "spec.selector")
+    except SelectorError:
         return False
-    if not isinstance(selector, dict):
-        return False
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
+    return parsed is not None and parsed.matches(labels)
 
 
 def _int_or_percent(value: Any, total: int, round_up: bool) -> int:

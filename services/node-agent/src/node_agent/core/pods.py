@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from koordcommon import resources as rn
 from koordcommon.model import LABEL_QOS_CLASS, KubeQoS, PriorityClass, QoSClass, parse_qos_class
 from koordcommon.records import PodRecord
+from koordcommon.resources import ZERO, Resources
 
 ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 
@@ -21,18 +22,6 @@ def _bound_cpuset(annotations: dict[str, str]) -> str:
     except (ValueError, AttributeError):
         return ""
     return value if isinstance(value, str) else ""
-
-
-def _batch(lst: dict[str, int]) -> Resources:
-    cpu = mem = 0
-    for name, v in lst.items():
-        suffix = rn.tier_suffix(name)
-        if suffix == rn.BATCH_CPU_SUFFIX:
-            cpu += v
-        elif suffix == rn.BATCH_MEMORY_SUFFIX:
-            mem += v
-    return Resources(cpu, mem)
-from koordcommon.resources import ZERO, Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +77,8 @@ class PodInfo:
                     c.name,
                     Resources.from_list(c.requests),
                     Resources.from_list(c.limits),
-                    _batch(c.requests),
-                    _batch(c.limits),
+                    rn.batch_of(c.requests),
+                    rn.batch_of(c.limits),
                     bool(c.limits),
                 )
                 for c in pod.containers

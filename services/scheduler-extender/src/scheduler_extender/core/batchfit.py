@@ -21,14 +21,7 @@ BATCH_MEM_SHORT = 3
 
 def batch_request(requests: ResourceList) -> Resources:
     """Batch cpu (milli-cores) and memory (bytes) of a request list, under either prefix."""
-    cpu = mem = 0
-    for name, value in requests.items():
-        suffix = rn.tier_suffix(name)
-        if suffix == rn.BATCH_CPU_SUFFIX:
-            cpu += value
-        elif suffix == rn.BATCH_MEMORY_SUFFIX:
-            mem += value
-    return Resources(cpu, mem)
+    return rn.batch_of(requests)
 
 
 def batch_names(pod: PodRecord) -> tuple[str, str]:

@@ -20,47 +20,13 @@ from koordcommon.kube_codec import parse_time_ms, pod_from_k8s
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import PodRecord
 from koordcommon.resources import ZERO, Resources
+from koordcommon.selectors import LabelSelector, parse_selector
 
 DEFAULT_TTL_MS = 24 * 3600 * 1000
 LABEL_RESERVATION_IGNORED = "scheduling.koordinator.sh/reservation-ignored"
 LABEL_RESERVATION_ORDER = "scheduling.koordinator.sh/reservation-order"
 ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 INACTIVE_PHASES = ("Failed", "Succeeded")
-
-
-@dataclass(slots=True)
-class LabelSelector:
-    match_labels: dict[str, str] = field(default_factory=dict)
-    match_expressions: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        for k, v in self.match_labels.items():
-            if labels.get(k) != v:
-                return False
-        for key, op, values in self.match_expressions:
-            present = key in labels
-            if op == "In" and (not present or labels[key] not in values):
-                return False
-            if op == "NotIn" and present and labels[key] in values:
-                return False
-            if op == "Exists" and not present:
-                return False
-            if op == "DoesNotExist" and present:
-                return False
-        return True
-
-
-def parse_selector(obj: Any) -> LabelSelector | None:
-    if not isinstance(obj, dict):
-        return None
-    exprs = []
-    for e in obj.get("matchExpressions") or []:
-        if isinstance(e, dict) and e.get("operator") in ("In", "NotIn", "Exists", "DoesNotExist"):
-            exprs.append((str(e.get("key", "")), e["operator"], tuple(str(v) for v in e.get("values") or ())))
-        else:
-            raise ValueError(f"unsupported label selector expression {e!r}")
-    labels = obj.get("matchLabels") or {}
-    return LabelSelector({str(k): str(v) for k, v in labels.items()}, exprs)
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
 
-from .selector import LabelSelector, SelectorError, parse_selector
+from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 
 CONFIGMAP_NAME = "slo-controller-config"
 CONFIGMAP_NAMESPACE = "koordinator-system"

@@ -18,7 +18,7 @@ from koordcommon.schemas import CPUBurstStrategy, NodeSLOSpec, ResourceQOSStrate
 from pydantic import BaseModel, ValidationError
 
 from .config import KEY_CPU_BURST, KEY_RESOURCE_QOS, KEY_RESOURCE_THRESHOLD, ConfigError
-from .selector import LabelSelector, SelectorError, parse_selector
+from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 
 # ConfigMap key -> (model of one strategy, field of NodeSLO.spec)
 STRATEGY_KINDS: dict[str, tuple[type[BaseModel], str]] = {

@@ -21,7 +21,7 @@ from koordcommon.model import LABEL_PRIORITY, LABEL_QOS_CLASS, PriorityClass, Qo
 from koordcommon.quantity import QuantityError, format_quantity, parse_json_quantity
 
 from .patching import json_patch, strategic_merge
-from .selector import LabelSelector, SelectorError, parse_selector
+from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 
 ANNOTATION_SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
 ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"

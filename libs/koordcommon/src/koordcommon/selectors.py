@@ -1,4 +1,5 @@
-"""Kubernetes `metav1.LabelSelector`: parse from JSON and match a label map."""
+"""Kubernetes `metav1.LabelSelector`: parse from JSON and match a label map (one implementation
+for profiles, node pools, PodDisruptionBudgets and reservations)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ class LabelSelector:
         return not self.match_labels and not self.requirements
 
 
-def parse_selector(obj: Any, where: str) -> LabelSelector | None:
+def parse_selector(obj: Any, where: str = "selector") -> LabelSelector | None:
     """None for a nil selector (callers decide what nil means); SelectorError when malformed."""
     if obj is None:
         return None

@@ -1,0 +1,115 @@
+{{/* Name of a service's objects: <release>-<service>, within 63 characters. */}}
+{{- define "koord.fullname" -}}
+{{- printf "%s-%s" .root.Release.Name .name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "koord.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/part-of: koord
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "koord.selectorLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end -}}
+
+{{- define "koord.image" -}}
+{{- printf "%s/%s:%s" .root.Values.image.registry .name (.root.Values.image.tag | default .root.Chart.AppVersion) -}}
+{{- end -}}
+
+{{/*
+The services: values key, object name, Python module, env prefix, whether it reads
+DATABASE_URL. The node-agent is the DaemonSet; the others are Deployments.
+*/}}
+{{- define "koord.services" -}}
+- {key: nodeAgent, name: node-agent, module: node_agent, prefix: KOORD_AGENT_, database: false}
+- {key: metricsCollector, name: metrics-collector, module: metrics_collector, prefix: KOORD_COLLECTOR_, database: true}
+- {key: sloController, name: slo-controller, module: slo_controller, prefix: KOORD_SLO_, database: false}
+- {key: schedulerExtender, name: scheduler-extender, module: scheduler_extender, prefix: KOORD_EXTENDER_, database: false}
+- {key: descheduler, name: descheduler, module: descheduler, prefix: KOORD_DESCHEDULER_, database: false}
+- {key: recommender, name: recommender, module: recommender, prefix: KOORD_RECOMMENDER_, database: true}
+{{- end -}}
+
+{{- define "koord.databaseSecretName" -}}
+{{- if .Values.database.existingSecret -}}
+{{- .Values.database.existingSecret -}}
+{{- else -}}
+{{- printf "%s-database" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "koord.databaseSecretKey" -}}
+{{- if .Values.database.existingSecret -}}{{ .Values.database.existingSecretKey }}{{- else -}}url{{- end -}}
+{{- end -}}
+
+{{- define "koord.hasDatabase" -}}
+{{- if or .Values.database.existingSecret .Values.database.url -}}true{{- end -}}
+{{- end -}}
+
+{{/* Environment every service gets: bus, database (when it uses one), cluster, HTTP, logs. */}}
+{{- define "koord.commonEnv" -}}
+{{- $root := .root -}}
+- name: NATS_URL
+  value: {{ $root.Values.nats.url | quote }}
+{{- if and .svc.database (include "koord.hasDatabase" $root) }}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "koord.databaseSecretName" $root }}
+      key: {{ include "koord.databaseSecretKey" $root }}
+{{- end }}
+- name: {{ .svc.prefix }}CLUSTER_BACKEND
+  value: kubernetes
+- name: {{ .svc.prefix }}HTTP_HOST
+  value: "0.0.0.0"
+- name: {{ .svc.prefix }}HTTP_PORT
+  value: {{ .values.port | quote }}
+- name: {{ .svc.prefix }}LOG_LEVEL
+  value: {{ $root.Values.logLevel | quote }}
+- name: {{ .svc.prefix }}DATA_DIR
+  value: /data
+{{- with $root.Values.busNamespace }}
+- name: {{ $.svc.prefix }}BUS_NAMESPACE
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "koord.extraEnv" -}}
+{{- range $k, $v := . }}
+- name: {{ $k }}
+  value: {{ $v | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "koord.probes" -}}
+livenessProbe:
+  httpGet: {path: /healthz, port: http}
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 6
+readinessProbe:
+  httpGet: {path: /readyz, port: http}
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 3
+{{- end -}}
+
+{{- define "koord.podAnnotations" -}}
+{{- if .root.Values.prometheusAnnotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .values.port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
+
+{{- define "koord.webhookServiceName" -}}
+{{- include "koord.fullname" (dict "root" . "name" "slo-controller") -}}
+{{- end -}}
+
+{{- define "koord.webhookSecretName" -}}
+{{- printf "%s-webhook-tls" (include "koord.webhookServiceName" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

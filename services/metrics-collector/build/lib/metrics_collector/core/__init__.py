@@ -1,0 +1,1 @@
+"""Pure logic of the collector: message -> rows, time-series maths, retention plans."""

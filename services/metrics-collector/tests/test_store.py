@@ -1,0 +1,127 @@
+"""Bulk writes, idempotence, rollups and retention on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from koordcommon.bus import Delivery
+from koordcommon.resources import Resources
+from koordcommon.schemas import Event, NodeMetric, NodeResource, Recommendation
+from koordcommon.storage import alembic_config
+from metrics_collector.bus import Ingest
+from metrics_collector.core import retention
+from metrics_collector.core.rows import build_rows
+from metrics_collector.core.series import HOUR_MS, MINUTE_MS, aggregate
+from metrics_collector.settings import Settings
+from metrics_collector.store import MIGRATIONS, VERSION_TABLE, Store, metadata
+
+T0 = 1_800_000_000_000 // HOUR_MS * HOUR_MS  # an hour boundary
+
+
+@pytest.fixture
+def store(database_url):
+    s = Store.open(database_url)
+    yield s
+    s.close()
+
+
+def test_writes_are_idempotent(store, sample_factory):
+    batch = [sample_factory(f"n{n}", T0 + i * 10_000, i) for i in range(20) for n in range(3)]
+    first = store.write(build_rows(batch))
+    assert first == {"node_samples": 60, "pod_samples": 180, "container_samples": 360}
+    # the same messages again (a redelivery), plus a duplicate inside one batch
+    again = store.write(build_rows(batch[:30] + batch[:30] + [sample_factory("n9", T0, 0)]))
+    assert again == {"node_samples": 1, "pod_samples": 3, "container_samples": 6}
+    assert (store.count("node_samples"), store.count("pod_samples"), store.count("container_samples")) == (61, 183, 366)
+
+
+def test_every_stream_has_its_table(store):
+    msgs = [
+        NodeMetric(node="n1", ts=T0, node_usage=Resources(1500, 1 << 33), prod_peak=Resources(900, 1 << 32)),
+        NodeResource(node="n1", ts=T0, batch=Resources(24_000, 40 << 30), mid=Resources(1000, 1 << 30),
+                     reason="computed", written=True, metric_ts=T0 - 1000),
+        NodeResource(node="n1", ts=T0 + 60_000, degraded=True, reason="NodeMetric expired"),
+        Recommendation(namespace="ns", owner_kind="Deployment", owner_name="web", ts=T0, source="recommender/x"),
+        Event(kind="evict", node="n1", action="evict", reason="memory", ts=T0, source="node-agent/n1", seq=1),
+        Event(kind="evict", node="n1", action="evict", reason="memory", ts=T0, source="node-agent/n1", seq=2),
+    ]
+    assert store.write(build_rows(msgs)) == {"node_metrics": 1, "node_resources": 2, "recommendations": 1, "events": 2}
+    assert store.write(build_rows(msgs)) == {"node_metrics": 0, "node_resources": 0, "recommendations": 0, "events": 0}
+    history = store.node_resources_history("n1", T0, T0 + HOUR_MS, 10)
+    assert [(h["batch_cpu_milli"], bool(h["degraded"]), h["reason"]) for h in history] == [
+        (24_000, False, "computed"), (None, True, "NodeMetric expired")]  # fmt: skip
+    got = store.events(kind="evict", node=None, action=None, start=None, end=None, before=None, limit=10)
+    assert [e["msg_id"] for e in got] == ["node-agent/n1:2", "node-agent/n1:1"]
+
+
+def test_series_on_raw_samples_match_core_buckets(store, sample_factory):
+    samples = [sample_factory("n1", T0 + i * 7_000, i) for i in range(100)]  # 700 s, uneven vs 60 s
+    store.write(build_rows(samples))
+    buckets = store.series("node", {"node": "n1"}, ("cpu_milli", "memory_bytes"), T0, T0 + HOUR_MS, 60_000, "raw")
+    want = aggregate(((s.ts, (s.node_usage.cpu_milli, s.node_usage.memory_bytes)) for s in samples), 60_000)
+    assert [(b.ts, b.samples, b.sums, b.maxes) for b in buckets] == [(b.ts, b.samples, b.sums, b.maxes) for b in want]
+    assert len(buckets) == 12 and buckets[0].samples == 9
+    values = store.values("pod", {"uid": "n1-pod-0"}, "cpu_milli", T0, T0 + 70_000)
+    assert sorted(values) == [100.0 + 10 * i for i in range(10)]
+
+
+def test_rollups_answer_like_raw_and_retention_deletes(store, sample_factory):
+    samples = [sample_factory(f"n{n}", T0 + i * 10_000, i) for i in range(6 * 60 * 2) for n in range(2)]  # 2 h
+    store.write(build_rows(samples))
+    policy = retention.RetentionPolicy(lag_ms=0)
+    now = T0 + 2 * HOUR_MS
+    done = store.apply(retention.plan(now, policy, store.retention_state()))
+    assert done["rollup:node:1m"] == 2 * 120 and done["rollup:pod:1m"] == 2 * 3 * 120
+    # the hour rollup starts from minutes stored before the run: it comes the run after
+    assert "rollup:node:1h" not in done
+    done = store.apply(retention.plan(now, policy, store.retention_state()))
+    assert (done["rollup:node:1h"], done["rollup:pod:1h"]) == (2 * 2, 2 * 3 * 2)
+    again = store.apply(retention.plan(now, policy, store.retention_state()))
+    assert not any(v for k, v in again.items() if k.startswith("rollup"))
+
+    metrics = ("cpu_milli", "prod_used_cpu_milli", "batch_requested_memory_bytes")
+    for resolution in ("1m", "1h"):
+        raw = store.series("node", {"node": "n1"}, metrics, T0, now, HOUR_MS, "raw")
+        rolled = store.series("node", {"node": "n1"}, metrics, T0, now, HOUR_MS, resolution)
+        assert rolled == raw, resolution
+    raw = store.series("pod", {"uid": "n0-pod-2"}, ("cpu_milli",), T0, now, 15 * MINUTE_MS, "raw")
+    assert store.series("pod", {"uid": "n0-pod-2"}, ("cpu_milli",), T0, now, 15 * MINUTE_MS, "1m") == raw
+
+    # a day later the raw rows go; the rollups stay
+    later = now + 24 * HOUR_MS + MINUTE_MS
+    done = store.apply(retention.plan(later, policy, store.retention_state()))
+    assert done["delete:node_samples"] == len(samples) and done["delete:container_samples"] == len(samples) * 6
+    assert store.count("node_samples") == 0 and store.count("node_usage_1m") == 240
+    hourly = store.series("node", {"node": "n1"}, ("cpu_milli",), T0, now, HOUR_MS, "1h")
+    cpu = np.array([s.node_usage.cpu_milli for s in samples if s.node == "n1"], dtype=float).reshape(2, 360)
+    assert [b.avg(0) for b in hourly] == pytest.approx(cpu.mean(axis=1).tolist())
+    assert [b.maxes[0] for b in hourly] == cpu.max(axis=1).tolist()
+
+
+async def test_refused_messages_are_dropped_not_blocking(store, sample_factory):
+    good = sample_factory("n1", T0, 0)
+    bad = sample_factory("n2", T0, 0)
+    bad.pods[0].uid = "x" * 100  # longer than the uid column: PostgreSQL refuses the row
+    deliveries = [Delivery(subject="koord.metrics.n", msg=m, stream_seq=i) for i, m in enumerate([good, bad])]
+    ingest = Ingest(store, Settings(), asyncio.Event())
+    await ingest.handler("KOORD_METRICS")(deliveries)
+    stored = 2 if store.engine.dialect.name == "sqlite" else 1  # SQLite does not enforce lengths
+    assert store.count("node_samples") == stored
+    assert ingest.database_ok
+
+
+def test_migrations_match_the_tables_and_downgrade(store):
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert [d for d in diff if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)] == []
+    cfg = alembic_config(store.engine, MIGRATIONS, VERSION_TABLE)
+    command.downgrade(cfg, "base")
+    assert not sa.inspect(store.engine).has_table("node_samples")
+    command.upgrade(cfg, "head")
+    assert store.count("node_samples") == 0
