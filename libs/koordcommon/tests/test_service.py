@@ -51,6 +51,9 @@ SERVICE_SCRIPT = textwrap.dedent(
         if mode == "crash":
             await asyncio.sleep(0.2)
             raise RuntimeError("boom")
+        while not (work / "wired").exists() and not svc.stopping.is_set():
+            await asyncio.sleep(0.02)
+        svc.mark_started()
         await svc.stopping.wait()
         (work / "main").write_text("returned")
 
@@ -97,7 +100,11 @@ async def test_probes_metrics_and_sigterm(tmp_path):
             assert (await http.get("/healthz")).status_code == 200
             r = await http.get("/readyz")
             assert r.status_code == 503
-            assert r.json()["failing"] == ["flag"]
+            assert r.json()["failing"] == ["starting", "flag"]  # main has not finished its wiring
+            (tmp_path / "wired").touch()
+            async with asyncio.timeout(5):
+                while (await http.get("/readyz")).json()["failing"] != ["flag"]:
+                    await asyncio.sleep(0.02)
             (tmp_path / "ready").touch()
             r = await http.get("/readyz")
             assert (r.status_code, r.json()) == (200, {"status": "ready"})
@@ -139,11 +146,13 @@ async def test_in_loop_serve_returns_when_stopping(tmp_path):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.port}") as http:
             seen.append((await http.get("/healthz")).status_code)
             seen.append((await http.get("/readyz")).status_code)
+            svc.mark_started()
+            seen.append((await http.get("/readyz")).status_code)
         svc.stopping.set()
         await asyncio.sleep(0)
 
     assert await svc.serve(main, install_signals=False) == 0
-    assert seen == [200, 200]
+    assert seen == [200, 503, 200]
 
 
 @pytest.mark.parametrize(

@@ -298,10 +298,19 @@ class Service:
         self.log = logging.getLogger(name)
         self._hooks: list[Hook] = []
         self._server: _Server | None = None
+        self._started = False
         self.app = FastAPI(title=name, version=version)
         self._add_probe_routes()
 
     # -- wiring
+
+    def mark_started(self) -> None:
+        """main calls this once its wiring is done (checks registered, consumers running).
+
+        HTTP is up before main runs, so until then /readyz says "starting": without this a
+        probe could see "ready" in the moment before main registered its first check.
+        """
+        self._started = True
 
     def on_shutdown(self, fn: Hook) -> Hook:
         """Register a coroutine function run after main returned (last registered runs first)."""
@@ -320,6 +329,8 @@ class Service:
         @app.get("/readyz", include_in_schema=False)
         async def readyz():
             failing = await health.failing()
+            if not self._started:
+                failing.insert(0, "starting")
             if self.stopping.is_set():
                 failing.append("stopping")
             _READY.labels(name).set(0 if failing else 1)

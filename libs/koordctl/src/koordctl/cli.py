@@ -168,6 +168,9 @@ def up(
     except KeyboardInterrupt:
         ok = True
         console.print("stopped")
+    except RuntimeError as exc:  # a service or NATS failed to start: say which, without a traceback
+        console.print(f"[red]demo failed:[/] {exc}")
+        raise typer.Exit(1)
     if check and not ok:
         raise typer.Exit(1)
 

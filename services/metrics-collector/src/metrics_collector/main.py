@@ -82,6 +82,7 @@ async def run(svc: Service, store: Store) -> None:
     tune_gc()  # one batch of 500 samples allocates ~10^6 short-lived objects
     consumers += await start_consumers(bus, ingest, settings)
     log.info("consuming", extra={"streams": [c.stream for c in consumers], "backend": store.engine.dialect.name})
+    svc.mark_started()
     await retention_loop(svc, store, settings)
 
 

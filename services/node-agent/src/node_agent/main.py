@@ -59,6 +59,7 @@ async def run(svc: Service) -> None:
 
         manager = await attach_qos(agent, bus, settings, cluster)
         svc.on_shutdown(manager.stop)
+    svc.mark_started()
     await agent.run(svc.stopping)
 
 

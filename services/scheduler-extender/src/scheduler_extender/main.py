@@ -57,6 +57,7 @@ async def run(svc: Service, state: ClusterState) -> None:
             )
         )
     gc_tuning = asyncio.create_task(_tune_gc_when_listed(status), name="gc-tuning")
+    svc.mark_started()
     stop = asyncio.create_task(svc.stopping.wait())
     try:
         done, _ = await asyncio.wait({*tasks, stop}, return_when=asyncio.FIRST_COMPLETED)

@@ -80,6 +80,7 @@ async def run(svc: Service) -> None:
     await controller.start()
     svc.health.add_check("controller", controller.ready.is_set)
     svc.on_shutdown(controller.close)
+    svc.mark_started()
     try:
         await svc.stopping.wait()
     finally:

@@ -1,0 +1,1 @@
+"""Pure recommender core: histograms, per-container aggregation, estimator, profiles, keys."""

@@ -1,0 +1,205 @@
+"""The recommender's whole in-memory state: one AggregateState per workload container.
+
+Adapters feed it plain samples (bus), ask it what changed (publisher), what to checkpoint
+(store) and what a workload looks like now (API, custom objects).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .aggregate import AggregateState, AggregationConfig, OOMDiscarded, pod_key
+from .estimator import ContainerEstimate, Estimate, EstimatorConfig, changed_beyond, estimate, savings
+from .profile import Stats
+from .workload import ContainerKey, WorkloadKey
+
+# A pod counts as a live replica while it reported within this long.
+REPLICA_WINDOW_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSample:
+    key: ContainerKey
+    pod_uid: str
+    t: float  # epoch seconds
+    cpu_cores: float | None
+    memory_bytes: float | None
+    cpu_request_cores: float = 0.0
+    memory_request_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class ContainerResult:
+    container: str
+    estimate: ContainerEstimate
+    current: Estimate | None  # the latest requests seen (None when the pods request nothing)
+    replicas: int
+    savings: Estimate | None  # (current - target) x replicas
+    windows: dict[int, tuple[Stats | None, Stats | None]]
+    diurnal_cpu: list[float | None]
+    diurnal_memory: list[float | None]
+    total_samples: int
+    last_sample_ts: float | None
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    workload: WorkloadKey
+    containers: list[ContainerResult] = field(default_factory=list)
+
+    @property
+    def savings(self) -> Estimate | None:
+        parts = [c.savings for c in self.containers if c.savings is not None]
+        if not parts:
+            return None
+        return Estimate(sum(p.cpu_milli for p in parts), sum(p.memory_bytes for p in parts))
+
+
+class RecommenderState:
+    def __init__(
+        self,
+        aggregation: AggregationConfig | None = None,
+        estimator: EstimatorConfig | None = None,
+        change_threshold: float = 0.1,
+    ) -> None:
+        self.aggregation = aggregation or AggregationConfig()
+        self.estimator = estimator or EstimatorConfig()
+        self.change_threshold = change_threshold
+        self.containers: dict[ContainerKey, AggregateState] = {}
+        self._by_workload: dict[WorkloadKey, set[str]] = defaultdict(set)
+        self._published: dict[WorkloadKey, dict[str, Estimate]] = {}
+        self.dirty_checkpoint: set[ContainerKey] = set()
+        self._dirty_publish: set[WorkloadKey] = set()
+        self.samples_accepted = 0
+        self.samples_discarded = 0
+        # Data time: the newest sample seen. Windows and expiry follow the data, so a replay or
+        # a simulated cluster running faster than real time sees consistent windows.
+        self.now = 0.0
+
+    # ------------------------------------------------------------------ input
+
+    def _state(self, key: ContainerKey) -> AggregateState:
+        st = self.containers.get(key)
+        if st is None:
+            st = self.containers[key] = AggregateState(config=self.aggregation)
+            self._by_workload[key.workload].add(key.container)
+        return st
+
+    def add(self, s: UsageSample) -> bool:
+        self.now = max(self.now, s.t)
+        st = self._state(s.key)
+        pk = pod_key(s.pod_uid)
+        took = False
+        if s.cpu_cores is not None:
+            took |= st.add_cpu_sample(pk, s.t, s.cpu_cores, s.cpu_request_cores)
+        if s.memory_bytes is not None:
+            took |= st.add_memory_sample(pk, s.t, s.memory_bytes, s.memory_request_bytes)
+        if took:
+            self.samples_accepted += 1
+            self.dirty_checkpoint.add(s.key)
+            self._dirty_publish.add(s.key.workload)
+        else:
+            self.samples_discarded += 1
+        return took
+
+    def record_oom(self, key: ContainerKey, pod_uid: str, t: float, request_bytes: float) -> float | None:
+        """The memory the container needed, or None for an OOM too old to count."""
+        try:
+            needed = self._state(key).record_oom(pod_key(pod_uid), t, request_bytes)
+        except OOMDiscarded:
+            return None
+        self.dirty_checkpoint.add(key)
+        self._dirty_publish.add(key.workload)
+        return needed
+
+    # ------------------------------------------------------------------ output
+
+    def workloads(self) -> list[WorkloadKey]:
+        return sorted(self._by_workload)
+
+    def recommend(self, workload: WorkloadKey, now: float | None = None) -> WorkloadResult | None:
+        names = self._by_workload.get(workload)
+        if not names:
+            return None
+        now = self.now if now is None else now
+        out = []
+        for name in sorted(names):
+            st = self.containers[ContainerKey(workload, name)]
+            est = estimate(st, self.estimator, containers_per_pod=len(names))
+            current = None
+            if st.cpu_request_cores > 0 or st.memory_request_bytes > 0:
+                current = Estimate(round(st.cpu_request_cores * 1000), int(st.memory_request_bytes))
+            horizon = now - REPLICA_WINDOW_S
+            replicas = sum(1 for p in st.pods.values() if max(p.last_cpu_ts, p.last_memory_ts) >= horizon)
+            diurnal_cpu, diurnal_mem = st.profile.diurnal()
+            out.append(
+                ContainerResult(
+                    container=name,
+                    estimate=est,
+                    current=current,
+                    replicas=replicas,
+                    savings=savings(current, est.target, replicas),
+                    windows=st.profile.windows(now),
+                    diurnal_cpu=diurnal_cpu,
+                    diurnal_memory=diurnal_mem,
+                    total_samples=st.total_samples,
+                    last_sample_ts=st.last_sample_ts,
+                )
+            )
+        return WorkloadResult(workload, out)
+
+    def changed(self, now: float | None = None) -> list[WorkloadResult]:
+        """Workloads whose target moved beyond the threshold since last reported (or are new);
+        they count as reported from now on."""
+        out = []
+        for wl in sorted(self._dirty_publish):
+            res = self.recommend(wl, now)
+            if res is None:
+                continue
+            before = self._published.get(wl, {})
+            if any(changed_beyond(before.get(c.container), c.estimate.target, self.change_threshold) for c in res.containers):
+                self._published[wl] = {c.container: c.estimate.target for c in res.containers}
+                out.append(res)
+        self._dirty_publish.clear()
+        return out
+
+    # ------------------------------------------------------------------ lifecycle and checkpoints
+
+    def expire(self, now: float | None = None) -> list[ContainerKey]:
+        """Drop containers silent for a whole memory window (VPA's aggregate GC); prune old pods."""
+        now = self.now if now is None else now
+        gone = [k for k, st in self.containers.items() if st.is_expired(now)]
+        for k in gone:
+            del self.containers[k]
+            names = self._by_workload.get(k.workload)
+            if names is not None:
+                names.discard(k.container)
+                if not names:
+                    del self._by_workload[k.workload]
+                    self._published.pop(k.workload, None)
+            self.dirty_checkpoint.discard(k)
+        for k, st in self.containers.items():
+            before = len(st.pods)
+            st.prune_pods(now)
+            if len(st.pods) != before:
+                self.dirty_checkpoint.add(k)
+        return gone
+
+    def take_dirty(self) -> dict[ContainerKey, bytes]:
+        """Checkpoints of every container changed since the last call."""
+        out = {k: self.containers[k].save() for k in self.dirty_checkpoint if k in self.containers}
+        self.dirty_checkpoint.clear()
+        return out
+
+    def snapshot(self) -> dict[ContainerKey, bytes]:
+        return {k: st.save() for k, st in self.containers.items()}
+
+    def restore(self, key: ContainerKey, data: bytes) -> None:
+        st = self.containers[key] = AggregateState.load(data, self.aggregation)
+        if st.last_sample_ts is not None and st.last_sample_ts > self.now:
+            self.now = st.last_sample_ts
+        for p in st.pods.values():
+            self.now = max(self.now, p.last_memory_ts)
+        self._by_workload[key.workload].add(key.container)
+        self._dirty_publish.add(key.workload)

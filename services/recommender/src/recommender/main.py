@@ -1,0 +1,97 @@
+"""Entry point: `koord-recommender` / `python -m recommender`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from koordcommon.service import Service, ServiceSettings, load_settings, settings_config
+from koordcommon.wiring import start_bus, start_cluster
+from pydantic import Field
+
+from .api import router
+from .core.aggregate import AggregationConfig
+from .core.engine import RecommenderState
+from .core.estimator import EstimatorConfig
+from .runner import Intervals, Recommender
+from .store import CheckpointStore
+
+
+class Settings(ServiceSettings):
+    model_config = settings_config("KOORD_RECOMMENDER_")
+    http_port: int = Field(8085, ge=0, le=65535)
+    checkpoint_interval_s: float = Field(60.0, ge=0, description="0 = checkpoint every batch before its ack")
+    publish_interval_s: float = Field(30.0, gt=0)
+    change_threshold: float = Field(0.1, ge=0, description="publish when a target moves by more than this fraction")
+    batch_size: int = Field(500, ge=1)
+    cpu_half_life_s: float = Field(86400.0, gt=0)
+    memory_half_life_s: float = Field(86400.0, gt=0)
+    memory_aggregation_interval_s: float = Field(86400.0, gt=0)
+    memory_aggregation_interval_count: int = Field(8, ge=1)
+    safety_margin: float = Field(0.15, ge=0)
+    pod_min_cpu_milli: int = Field(25, ge=0)
+    pod_min_memory_bytes: int = Field(250 * 1024 * 1024, ge=0)
+    oom_bump_up_ratio: float = Field(1.2, ge=1)
+    oom_min_bump_up_bytes: int = Field(100 * 1024 * 1024, ge=0)
+    # Seconds of history one sample stands for in the confidence formula (node-agent reports
+    # every 10 s; VPA assumes 60).
+    sample_interval_s: float = Field(10.0, gt=0)
+    write_custom_objects: bool = True
+
+
+def build_state(s: Settings) -> RecommenderState:
+    return RecommenderState(
+        AggregationConfig(
+            cpu_half_life_s=s.cpu_half_life_s,
+            memory_half_life_s=s.memory_half_life_s,
+            memory_aggregation_interval_s=s.memory_aggregation_interval_s,
+            memory_aggregation_interval_count=s.memory_aggregation_interval_count,
+            oom_bump_up_ratio=s.oom_bump_up_ratio,
+            oom_min_bump_up_bytes=s.oom_min_bump_up_bytes,
+        ),
+        EstimatorConfig(
+            safety_margin=s.safety_margin,
+            pod_min_cpu_milli=s.pod_min_cpu_milli,
+            pod_min_memory_bytes=s.pod_min_memory_bytes,
+            sample_interval_s=s.sample_interval_s,
+        ),
+        change_threshold=s.change_threshold,
+    )
+
+
+async def run(svc: Service) -> None:
+    settings: Settings = svc.settings  # type: ignore[assignment]
+    ready = {"loaded": False}
+    # Registered first: HTTP is already up, and with no check at all /readyz would say ready.
+    # Not ready (and the API answers 503) until the checkpoints are loaded and the consumer runs.
+    svc.health.add_check("checkpoints", lambda: ready["loaded"])
+    store = await asyncio.to_thread(CheckpointStore, settings.database_url, str(svc.data_dir))
+    svc.on_shutdown(lambda: asyncio.to_thread(store.close))
+    svc.health.add_check("database", lambda: asyncio.to_thread(store.ping))
+    bus = await start_bus(svc)
+    cluster = await start_cluster(svc, bus)
+    state = build_state(settings)
+    rec = Recommender(
+        state,
+        store,
+        bus,
+        cluster,
+        Intervals(checkpoint_s=settings.checkpoint_interval_s, publish_s=settings.publish_interval_s),
+        write_custom_objects=settings.write_custom_objects,
+    )
+    await rec.start(batch=settings.batch_size)
+    svc.app.state.recommender_state = state
+    svc.app.state.recommender = rec
+    ready["loaded"] = True
+    svc.mark_started()
+    await rec.run(svc.stopping)
+
+
+def main() -> None:
+    settings = load_settings(Settings)
+    svc = Service("recommender", settings)
+    svc.app.include_router(router)
+    svc.run(run)
+
+
+if __name__ == "__main__":
+    main()
