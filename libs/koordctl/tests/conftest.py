@@ -84,6 +84,7 @@ def collector_url(tmp_path_factory):
     store.write(build_rows([*samples(), *resources, *stored_events()]))
     store.close()
     svc, _ = build(Settings(database_url=url, data_dir=str(tmp)))
+    svc.mark_started()  # the app is served without running main: its wiring is this fixture
     with ThreadServer(svc.app) as server:
         wait_http_ready(server.url + "/api/v1/nodes", timeout=15)
         yield server.url
@@ -107,6 +108,7 @@ def recommender_url():
     from recommender.main import Settings
 
     svc = Service("recommender", Settings())  # the chassis: /readyz, /healthz, /metrics
+    svc.mark_started()
     svc.app.include_router(router)
     svc.app.state.recommender_state = asyncio.run(fed())
     with ThreadServer(svc.app) as server:
