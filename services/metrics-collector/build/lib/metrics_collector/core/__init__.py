@@ -1,1 +1,0 @@
-"""Pure logic of the collector: message -> rows, time-series maths, retention plans."""

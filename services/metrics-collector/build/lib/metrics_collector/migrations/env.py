@@ -1,5 +1,0 @@
-from alembic import context
-from koordcommon.storage import run_alembic_env
-from metrics_collector.store import metadata
-
-run_alembic_env(context, metadata)
