@@ -305,6 +305,7 @@ PORT_VERBS: dict[str, set[tuple[str, str, str]]] = {
     "get_pod": {("", "pods", "get")},
     "watch": {("", "nodes", "list"), ("", "nodes", "watch"), ("", "pods", "list"), ("", "pods", "watch")},
     "resolve_workload": {("apps", "replicasets", "get")},
+    "list_namespaces": {("", "namespaces", "list")},
     "patch_node_status": {("", "nodes/status", "patch")},
     "evict_pod": {("", "pods/eviction", "create")},
     "create_pod": {("", "pods", "create")},
@@ -320,10 +321,10 @@ SERVICE_CALLS: dict[str, set[str]] = {
     "node-agent": {"start", "get_node", "list_nodes", "list_pods", "evict_pod"},
     "metrics-collector": set(),
     "slo-controller": {"start", "watch", "list_nodes", "list_pods", "patch_node_status",
-                       "list_custom:ClusterColocationProfile"},
+                       "list_custom:ClusterColocationProfile", "list_namespaces"},
     "scheduler-extender": {"start", "watch", "list_nodes", "list_pods", "list_custom:Reservation"},
     "descheduler": {"start", "list_nodes", "list_pods", "evict_pod", "apply_custom:Reservation",
-                    "get_custom:Reservation", "delete_custom:Reservation"},
+                    "get_custom:Reservation", "list_custom:Reservation", "delete_custom:Reservation"},
     "recommender": {"start", "resolve_workload", "apply_custom:Recommendation"},
 }  # fmt: skip
 

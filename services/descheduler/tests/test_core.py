@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import pytest
-
+from descheduler.core import migration as mig
 from descheduler.core.anomaly import ANOMALY, OK, Detector
 from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, NodePool
 from descheduler.core.evictable import non_evictable_reason
 from descheduler.core.lownodeload import (
+    BOTH_LOW,
     HIGH,
     LOW,
     NORMAL,
+    PROD_HIGH,
+    PROD_LOW,
     UNKNOWN,
     LimitCounter,
     NodeState,
     PodState,
     classify,
+    forbidden_by_replicas,
     plan_round,
     usage_percent,
     victim_order,
@@ -115,9 +119,9 @@ def test_victim_order_class_priority_qos_then_usage_then_newest():
 
 
 def _args(**kw):
-    defaults = dict(nodePools=[NodePool(anomalyCondition=AnomalyCondition(consecutiveAbnormalities=1))],
-                    limits=MigrationLimits(maxMigratingPerNode=5, maxMigratingPerWorkload=5,
-                                           maxUnavailablePerWorkload=5, maxMigratingPerRound=10))
+    defaults = {"nodePools": [NodePool(anomalyCondition=AnomalyCondition(consecutiveAbnormalities=1))],
+                    "limits": MigrationLimits(maxMigratingPerNode=5, maxMigratingPerWorkload=5,
+                                           maxUnavailablePerWorkload=5, maxMigratingPerRound=10)}
     defaults.update(kw)
     return LowNodeLoadArgs(**defaults)
 
@@ -138,7 +142,7 @@ def test_round_moves_pods_until_the_hot_node_is_under_high():
 
 def test_round_waits_for_anomaly_condition():
     args = _args(nodePools=[NodePool(anomalyCondition=AnomalyCondition(consecutiveAbnormalities=5))])
-    nodes = lambda: [node("hot", 9000, 50), node("cold", 1000, 10)]  # noqa: E731
+    nodes = lambda: [node("hot", 9000, 50), node("cold", 1000, 10)]
     pods = [pod("b", "hot", 2000)]
     detectors = {}
     counts = [len(plan_round(args, nodes(), pods, detectors, now_s=float(i)).migrations) for i in range(7)]
@@ -170,8 +174,8 @@ def test_workload_limits_count_unavailable_pods():
 
 
 def _record(**kw):
-    base = dict(namespace="default", name="p", uid="u", node_name="n", phase="Running",
-                owners=[OwnerRef("ReplicaSet", "web-abc")], containers=[ContainerSpec("c")])
+    base = {"namespace": "default", "name": "p", "uid": "u", "node_name": "n", "phase": "Running",
+                "owners": [OwnerRef("ReplicaSet", "web-abc")], "containers": [ContainerSpec("c")]}
     base.update(kw)
     return PodRecord(**base)
 
@@ -206,3 +210,137 @@ def test_excluded_namespaces_are_skipped():
 def test_invalid_thresholds_are_rejected():
     with pytest.raises(ValueError, match="exceeds its high threshold"):
         NodePool(lowThresholds={"cpu": 80}, highThresholds={"cpu": 70})
+
+
+def test_reason_names_the_resource_as_koordinator_does():
+    pool = NodePool(lowThresholds={"cpu": 20}, highThresholds={"cpu": 50},
+                    anomalyCondition=AnomalyCondition(consecutiveAbnormalities=1))
+    nodes = [node("hot", 2000, 10, cpu_alloc=3000), node("cold", 100, 10, cpu_alloc=3000)]
+    plan = plan_round(_args(nodePools=[pool]), nodes, [pod("b", "hot", 600)], {}, now_s=0)
+    assert [m.reason for m in plan.migrations] == ["node is overutilized, node cpu usage(66.67%)>threshold(50.00%)"]
+
+
+PROD_POOL = NodePool(prodLowThresholds={"cpu": 20}, prodHighThresholds={"cpu": 40},
+                     anomalyCondition=AnomalyCondition(consecutiveAbnormalities=1))
+
+
+def prod_node(name, cpu_used, prod_used, schedulable=True):
+    n = node(name, cpu_used, 10, schedulable=schedulable)
+    n.prod_usage = Resources(prod_used, GI)
+    return n
+
+
+@pytest.mark.parametrize(
+    "cpu,prod,schedulable,expected",
+    [
+        (4000, 4100, True, PROD_HIGH),  # low node, but its prod usage is over prodHigh
+        (4000, 2000, True, BOTH_LOW),  # low and prod at prodLow (<=)
+        (4000, 3000, True, LOW),  # low, prod between prodLow and prodHigh
+        (8000, 1000, True, HIGH),  # node high wins over prod low
+        (6000, 4001, True, PROD_HIGH),  # normal node, prod over prodHigh
+        (6000, 1500, True, PROD_LOW),
+        (6000, 3000, True, NORMAL),
+        (6000, 1500, False, NORMAL),  # unschedulable: never a prodLow target
+        (4000, 1000, False, NORMAL),  # unschedulable: never low
+    ],
+)
+def test_classify_with_prod_thresholds(cpu, prod, schedulable, expected):
+    assert classify(PROD_POOL, prod_node("n", cpu, prod, schedulable)) == expected
+
+
+def test_prod_pass_moves_only_prod_pods_until_prod_usage_is_under_prod_high():
+    nodes = [prod_node("hot", 6000, 5000), prod_node("cold", 1000, 500)]  # normal + prod high; bothLow
+    pods = [
+        pod("web", "hot", 1500, cls=PriorityClass.PROD, qos=QoSClass.LS, priority=9000, created=1),
+        pod("web2", "hot", 1200, cls=PriorityClass.PROD, qos=QoSClass.LS, priority=9000, created=2),
+        pod("batch", "hot", 1000),
+    ]
+    plan = plan_round(_args(nodePools=[PROD_POOL]), nodes, pods, {}, now_s=0)
+    assert plan.classes == {"hot": PROD_HIGH, "cold": BOTH_LOW}
+    # 5000m prod, 4000m allowed, 1000m excess: web2 scores 1/1.2+1 = 1.83, web 1/1.5+1 = 1.67;
+    # web2 goes first and leaves 3800m, under prodHigh; the batch pod is not part of the prod pass
+    assert [(m.pod.name, m.target, m.prod_pass) for m in plan.migrations] == [("web2", "cold", True)]
+    assert plan.migrations[0].reason == "node is overutilized, prod cpu usage(50.00%)>threshold(40.00%)"
+
+
+@pytest.mark.parametrize(
+    "low,high,error",
+    [
+        ({"cpu": 10}, {"cpu": 80}, "prod high threshold 80 of cpu exceeds its high threshold 75"),
+        ({"cpu": 50}, {"cpu": 40}, "prod low threshold 50 of cpu exceeds its prod high threshold 40"),
+    ],
+)
+def test_invalid_prod_thresholds_are_rejected(low, high, error):
+    with pytest.raises(ValueError, match=error):
+        NodePool(prodLowThresholds=low, prodHighThresholds=high)
+
+
+@pytest.mark.parametrize(
+    "replicas,limit", [(1, 1), (3, 1), (4, 2), (10, 2), (11, 1), (25, 2), (100, 10)]
+)
+def test_workload_limit_derives_from_replicas_as_koordinator(replicas, limit):
+    assert LowNodeLoadArgs().workload_limit(None, replicas) == limit
+    assert LowNodeLoadArgs().workload_limit(3, replicas) == 3
+
+
+@pytest.mark.parametrize(
+    "limits,replicas,reason",
+    [
+        ({}, 1, "workload has a single replica"),
+        ({}, 2, None),
+        ({"maxUnavailablePerWorkload": 2}, 2, "workload replicas (2) equal maxUnavailablePerWorkload"),
+        ({"maxMigratingPerWorkload": 5}, 5, "workload replicas (5) equal maxMigratingPerWorkload"),
+        ({"skipCheckExpectedReplicas": True}, 1, None),
+        ({}, None, None),  # unknown replicas: nothing to check
+    ],
+)
+def test_expected_replicas_filter(limits, replicas, reason):
+    assert forbidden_by_replicas(LowNodeLoadArgs(limits=MigrationLimits(**limits)), replicas) == reason
+
+
+def test_jobs_in_flight_count_against_the_limits_but_not_the_round():
+    args = _args(limits=MigrationLimits(maxMigratingPerNode=2, maxMigratingGlobally=3, maxMigratingPerRound=1,
+                                        maxMigratingPerWorkload=5, maxUnavailablePerWorkload=5))
+    in_flight = LimitCounter()
+    in_flight.add("hot", "default", "default/Deployment/x", planned=False)
+    nodes = [node("hot", 9900, 50), node("cold", 1000, 10)]
+    pods = [pod(f"p{i}", "hot", 500, created=i) for i in range(4)]
+    plan = plan_round(args, nodes, pods, {}, now_s=0, in_flight=in_flight)
+    assert len(plan.migrations) == 1  # 1 in flight + 1 = node limit 2; the round limit is 1 anyway
+    reasons = {s.reason for s in plan.skipped if s.pod_key.startswith("default/p")}
+    assert reasons == {"node hot reached maxMigratingPerNode"}
+    in_flight = LimitCounter()
+    for _ in range(3):
+        in_flight.add("elsewhere", "default", "default/Deployment/x", planned=False)
+    plan = plan_round(args, [node("hot", 9900, 50), node("cold", 1000, 10)], pods, {}, now_s=0, in_flight=in_flight)
+    assert plan.migrations == [] and {s.reason for s in plan.skipped} == {"maxMigratingGlobally reached"}
+
+
+def _job(phase, mode=mig.RESERVATION_FIRST, started=0.0):
+    m = plan_round(_args(), [node("hot", 9000, 50), node("cold", 1000, 10)], [pod("b", "hot", 2000)], {}, 0).migrations[0]
+    j = mig.Job(m, mode, started, ttl_s=300, reservation_wait_s=60, phase=phase)
+    if mode == mig.RESERVATION_FIRST:
+        j.reservation, j.reservation_node = "r", "cold"
+    return j
+
+
+@pytest.mark.parametrize(
+    "phase,mode,obs,now,action",
+    [
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Pending"), 10, mig.SCHEDULE_RESERVATION),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold"), 10, mig.EVICT),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Available", ""), 10, mig.SCHEDULE_RESERVATION),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Pending"), 60, mig.ROLLBACK),  # wait is over
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Failed"), 1, mig.ROLLBACK),  # unschedulable / expired
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation(""), 1, mig.ROLLBACK),  # deleted under us
+        (mig.EVICTING, mig.EVICT_DIRECTLY, mig.Observation(), 1, mig.EVICT),
+        (mig.EVICTING, mig.EVICT_DIRECTLY, mig.Observation(), 300, mig.ROLLBACK),
+        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold"), 10, mig.WAIT),
+        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold", "cold"), 10, mig.CONSUME),
+        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold", "other"), 10, mig.RELEASE),
+        (mig.WAITING, mig.EVICT_DIRECTLY, mig.Observation(replacement_node="other"), 10, mig.DONE),
+        (mig.WAITING, mig.EVICT_DIRECTLY, mig.Observation(), 300, mig.TIMEOUT),
+    ],
+)
+def test_migration_job_steps(phase, mode, obs, now, action):
+    assert mig.step(_job(phase, mode), obs, now) == action

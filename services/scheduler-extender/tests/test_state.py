@@ -124,3 +124,14 @@ def test_raw_allocatable_annotation_overrides_allocatable():
     st.apply_node(node("bad", annotations={"node.koordinator.sh/raw-allocatable": "{oops"}))
     assert st.allocatable("n") == Resources(28000, 32 * Gi)
     assert st.allocatable("bad") == Resources(32000, 64 * Gi)
+
+
+def test_reserve_pod_is_not_assumed():
+    """The Reservation holds the room a reserve pod was placed in; assuming it would count it twice."""
+    st = make_state(ExtenderConfig(assume_ttl_s=30))
+    st.apply_node(node("a"))
+    st.apply_metric(metric("a", 1000, Gi))
+    reserve = guaranteed("reserve-p", 4000, 8 * Gi)
+    reserve.annotations["scheduling.koordinator.sh/reserve-pod"] = "true"
+    st.assume(st.pod_info(reserve), "a")
+    assert exist_cpu(st, "a") == 1000 and st.assumed == {}

@@ -1,8 +1,9 @@
-"""REST view of the last round: classes, abnormal nodes, the plan and its outcomes."""
+"""REST view of the last round (classes, abnormal nodes, the plan and its outcomes) and of the
+migration jobs."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 
 router = APIRouter(prefix="/api/v1")
 
@@ -30,3 +31,32 @@ async def last_plan(request: Request) -> dict:
         "skipped": [{"pod": s.pod_key, "node": s.node, "reason": s.reason} for s in plan.skipped],
         "notes": plan.notes,
     }
+
+
+def _job(j) -> dict:
+    return {
+        "pod": j.pod_key,
+        "workload": j.migration.pod.workload,
+        "source": j.migration.source,
+        "target": j.migration.target,
+        "mode": j.mode,
+        "phase": j.phase,
+        "reason": j.reason,
+        "reservation": j.reservation or None,
+        "reservation_node": j.reservation_node or None,
+        "replacement": j.replacement or None,
+    }
+
+
+@router.get("/jobs")
+async def jobs(
+    request: Request,
+    offset: int = Query(0, ge=0),
+    limit: int = Query(100, ge=1, le=1000),
+) -> dict:
+    """Migration jobs: those in flight first, then the finished ones, newest first; paginated."""
+    desched = getattr(request.app.state, "descheduler", None)
+    if desched is None:
+        raise HTTPException(status_code=503, detail="the descheduler is starting")
+    items = [_job(j) for j in desched.jobs.values()] + [_job(j) for j in reversed(desched.finished)]
+    return {"total": len(items), "offset": offset, "items": items[offset : offset + limit]}

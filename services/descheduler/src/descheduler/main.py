@@ -7,15 +7,15 @@ import contextlib
 from pathlib import Path
 
 import yaml
-from pydantic import Field
-
 from koordcommon import subjects
 from koordcommon.service import Service, ServiceSettings, load_settings, settings_config
 from koordcommon.wiring import start_bus, start_cluster
+from pydantic import Field
 
 from .api import router
 from .core.config import LowNodeLoadArgs
 from .loop import Descheduler
+from .reservation import ReservationScheduler
 
 
 class Settings(ServiceSettings):
@@ -24,7 +24,14 @@ class Settings(ServiceSettings):
     interval_s: float = Field(60.0, gt=0, description="seconds between rounds")
     dry_run: bool = False
     args_file: str = Field("", description="YAML/JSON file with LowNodeLoadArgs (Koordinator field names)")
-    extender_url: str = ""
+    extender_url: str = Field("", description="scheduler extender (urlPrefix) used to place reservations")
+    extender_weight: int = Field(1, ge=1, description="the extender's weight in reservation placement")
+    schedule_reservations: bool | None = Field(
+        None,
+        description="place ReservationFirst reservations here (stand-in for koord-scheduler); "
+        "default: on with the sim backend, off with kubernetes",
+    )
+    job_poll_s: float = Field(1.0, gt=0, description="seconds between steps of migrations in flight")
 
 
 def load_args(path: str) -> LowNodeLoadArgs:
@@ -39,9 +46,17 @@ async def run(svc: Service) -> None:
     bus = await start_bus(svc)
     await bus.ensure_streams(subjects.NODEMETRIC_STREAM, subjects.EVENTS_STREAM)
     cluster = await start_cluster(svc, bus)
-    desched = Descheduler(args, cluster, bus, dry_run=settings.dry_run or args.dryRun)
+    self_schedule = settings.schedule_reservations
+    if self_schedule is None:
+        self_schedule = settings.cluster_backend == "sim"
+    scheduler = ReservationScheduler(cluster, settings.extender_url, settings.extender_weight) if self_schedule else None
+    desched = Descheduler(args, cluster, bus, dry_run=settings.dry_run or args.dryRun, reservation_scheduler=scheduler)
     svc.app.state.descheduler = desched
+    if not desched.dry_run:
+        await desched.clean_orphans()
     follow = asyncio.create_task(desched.follow_metrics())
+    jobs = asyncio.create_task(_advance_jobs(svc, desched, settings.job_poll_s))
+    svc.mark_started()
     try:
         while not svc.stopping.is_set():
             try:
@@ -52,9 +67,20 @@ async def run(svc: Service) -> None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(svc.stopping.wait(), settings.interval_s)
     finally:
-        follow.cancel()
-        with contextlib.suppress(BaseException):
-            await follow
+        for task in (follow, jobs):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+async def _advance_jobs(svc: Service, desched: Descheduler, every_s: float) -> None:
+    while not svc.stopping.is_set():
+        try:
+            await desched.advance()
+        except Exception:
+            svc.log.exception("advancing migrations failed")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(svc.stopping.wait(), every_s)
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from koordcommon.model import PriorityClass
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import Resources, sum_resources
 from koordcommon.schemas import NodeMetric
@@ -10,6 +11,7 @@ from .core.evictable import non_evictable_reason
 from .core.lownodeload import NodeState, PodState
 
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+ANNOTATION_EVICTION_COST = "scheduling.koordinator.sh/eviction-cost"
 
 
 def workload_key(pod: PodRecord) -> str:
@@ -24,24 +26,66 @@ def workload_key(pod: PodRecord) -> str:
 
 
 def node_states(
-    nodes: list[NodeRecord], pods: list[PodRecord], metrics: dict[str, NodeMetric], now_ms: int, expiration_s: int
+    nodes: list[NodeRecord],
+    pods: list[PodRecord],
+    metrics: dict[str, NodeMetric],
+    now_ms: int,
+    expiration_s: int,
+    departed: set[str] = frozenset(),
+    arriving: dict[str, Resources] | None = None,
 ) -> list[NodeState]:
+    """Nodes with their usage from a fresh NodeMetric (None when missing or expired).
+
+    Usage is the NodeMetric's (system + every pod metric, as in Koordinator) minus the pods
+    evicted since it was taken (`departed`, uids), plus `arriving` (pod key -> usage) for
+    replacements already bound to the node but not in its metric yet; without that, one
+    round's evictions would be counted again in the next round until the node reports anew.
+    Prod usage sums the pod metrics whose pod on this node is prod.
+    """
     requested: dict[str, list[Resources]] = {}
+    on_node: dict[str, dict[str, PodRecord]] = {}
     for p in pods:
         if p.node_name and p.is_active:
             requested.setdefault(p.node_name, []).append(p.request_resources())
+            on_node.setdefault(p.node_name, {})[p.uid] = p
+    arriving = arriving or {}
     out = []
     for n in nodes:
         m = metrics.get(n.name)
         fresh = m is not None and now_ms - m.ts < expiration_s * 1000
+        usage = prod = None
+        if fresh:
+            usage, prod = m.node_usage, Resources()
+            local = on_node.get(n.name, {})
+            by_key = {p.key: p for p in local.values()}
+            seen = set()
+            for pm in m.pods:
+                key = f"{pm.namespace}/{pm.name}"
+                if pm.uid in departed:
+                    usage = usage - pm.usage
+                    continue
+                pod = local.get(pm.uid) or by_key.get(key)
+                if pod is not None:
+                    seen.add(pod.key)
+                    if pod.priority_class is PriorityClass.PROD:
+                        prod = prod + pm.usage
+            for key, extra in arriving.items():
+                if key in by_key and key not in seen:
+                    usage = usage + extra
+                    if by_key[key].priority_class is PriorityClass.PROD:
+                        prod = prod + extra
+            usage = usage.clamp0()
         out.append(
             NodeState(
                 name=n.name,
                 allocatable=n.allocatable_resources(),
-                usage=m.node_usage if fresh else None,
+                usage=usage,
                 requested=sum_resources(requested.get(n.name, [])),
                 labels=dict(n.labels),
-                schedulable=n.ready and not n.unschedulable,
+                # Pod records carry no tolerations: a NoSchedule/NoExecute taint keeps every pod off.
+                schedulable=n.ready and not n.unschedulable
+                and not any(t.effect in ("NoSchedule", "NoExecute") for t in n.taints),
+                prod_usage=prod or Resources(),
             )
         )
     return out
@@ -57,10 +101,7 @@ def pod_states(pods: list[PodRecord], metrics: dict[str, NodeMetric], evict_loca
     for p in pods:
         if not p.node_name:
             continue
-        try:
-            cost = int(p.annotations.get(ANNOTATION_DELETION_COST, "0"))
-        except ValueError:
-            cost = 0
+        cost = _int_annotation(p, ANNOTATION_DELETION_COST)
         out.append(
             PodState(
                 namespace=p.namespace,
@@ -77,8 +118,27 @@ def pod_states(pods: list[PodRecord], metrics: dict[str, NodeMetric], evict_loca
                 created_ms=p.created_ms,
                 non_evictable=non_evictable_reason(p, evict_local_storage),
                 deletion_cost=cost,
+                eviction_cost=_int_annotation(p, ANNOTATION_EVICTION_COST),
             )
         )
+    return out
+
+
+def _int_annotation(p: PodRecord, key: str) -> int:
+    try:
+        return int(p.annotations.get(key, "0"))
+    except ValueError:
+        return 0
+
+
+def replicas_by_workload(pods: list[PodRecord]) -> dict[str, int]:
+    """Pods of each workload that exist (running or pending): its expected replicas as far as
+    the pods tell (the cluster port does not read controllers' spec.replicas)."""
+    out: dict[str, int] = {}
+    for p in pods:
+        if p.owners and p.deletion_ms is None and not p.is_terminal:
+            k = workload_key(p)
+            out[k] = out.get(k, 0) + 1
     return out
 
 

@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 
 import orjson
 from koordcommon.model import PriorityClass, QoSClass, priority_class_from_value
-from koordcommon.schemas import Event, Message, NodeMetric, NodeMetricSample, NodeResource, PodUsage, Recommendation
+from koordcommon.schemas import (
+    Event,
+    Message,
+    NodeMetric,
+    NodeMetricSample,
+    NodeResource,
+    PodUsage,
+    Recommendation,
+    to_builtins,
+)
 
 PROD, MID, BATCH, FREE = "prod", "mid", "batch", "free"
 BANDS = (PROD, MID, BATCH, FREE)
@@ -170,7 +179,7 @@ def _opt(r, attr):
 
 
 def node_metric_row(msg: NodeMetric) -> tuple:
-    aggregated = [a.model_dump(mode="json") for a in msg.aggregated_node_usages]
+    aggregated = [to_builtins(a) for a in msg.aggregated_node_usages]
     return (
         msg.node, msg.ts, msg.aggregate_duration_s, msg.report_interval_s,
         msg.node_usage.cpu_milli, msg.node_usage.memory_bytes,

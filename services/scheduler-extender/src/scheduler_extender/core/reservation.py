@@ -26,6 +26,8 @@ DEFAULT_TTL_MS = 24 * 3600 * 1000
 LABEL_RESERVATION_IGNORED = "scheduling.koordinator.sh/reservation-ignored"
 LABEL_RESERVATION_ORDER = "scheduling.koordinator.sh/reservation-order"
 ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
+# Marks the placeholder pod a reservation is scheduled as (koord-scheduler's reserve pod).
+ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"
 INACTIVE_PHASES = ("Failed", "Succeeded")
 
 

@@ -248,8 +248,14 @@ class ClusterState:
             self.refresh(node)
 
     def assume(self, pod: PodInfo, node: str) -> None:
-        """Count `pod` on `node` now, until the watch shows its binding or the TTL passes."""
+        """Count `pod` on `node` now, until the watch shows its binding or the TTL passes.
+
+        A reservation's placeholder pod is never bound: the Reservation that names its node
+        holds the room, so assuming it too would count the room twice.
+        """
         if self.config.assume_ttl_s <= 0 or pod.key in self.pod_node or pod.daemonset:
+            return
+        if pod.record.annotations.get(rsv.ANNOTATION_RESERVE_POD) == "true":
             return
         now = self.clock()
         self.prune(now)

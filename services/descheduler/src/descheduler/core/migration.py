@@ -1,0 +1,131 @@
+"""Migration jobs carried across rounds (Koordinator's PodMigrationJob, reduced to what the
+descheduler needs), and the eviction rate limiter.
+
+A job moves one pod. EvictDirectly: evict, then wait for the replacement. ReservationFirst:
+reserve room on the target, wait until the reservation is Available, evict, then wait until
+the replacement is bound on the reservation's node. Before the eviction every failure rolls
+back cleanly (the reservation is deleted, the pod stays); after it the job only ends.
+`step` is pure: the adapter observes the cluster, asks what to do, and does it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .lownodeload import LimitCounter, Migration
+
+RESERVATION_FIRST = "ReservationFirst"
+EVICT_DIRECTLY = "EvictDirectly"
+
+# phases
+RESERVING = "Reserving"  # reservation created, not Available yet
+EVICTING = "Evicting"  # ready to evict (waits for a rate-limit token)
+WAITING = "WaitingReplacement"  # evicted, the replacement is not bound yet
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+TERMINAL = (SUCCEEDED, FAILED)
+
+# actions returned by `step`
+WAIT = "wait"
+SCHEDULE_RESERVATION = "schedule-reservation"
+EVICT = "evict"
+ROLLBACK = "rollback"  # delete the reservation, do not evict
+CONSUME = "consume"  # the replacement is bound on the reservation's node
+DONE = "done"  # the replacement is bound (no reservation to consume)
+RELEASE = "release"  # the replacement went elsewhere: delete the unused reservation
+TIMEOUT = "timeout"
+
+
+@dataclass
+class Job:
+    migration: Migration
+    mode: str
+    started_s: float
+    ttl_s: float
+    reservation_wait_s: float
+    phase: str = EVICTING
+    reservation: str = ""  # Reservation name (ReservationFirst)
+    reservation_node: str = ""
+    evicted_s: float | None = None
+    owner: tuple[str, str, str] | None = None  # (namespace, kind, uid or name) of the pod's controller
+    siblings: frozenset[str] = frozenset()  # pods of that controller at eviction time
+    replacement: str = ""
+    reason: str = ""
+    ended_s: float | None = None
+
+    @property
+    def pod_key(self) -> str:
+        return self.migration.pod.key
+
+    @property
+    def done(self) -> bool:
+        return self.phase in TERMINAL
+
+    def end(self, phase: str, reason: str, now_s: float) -> None:
+        self.phase, self.reason, self.ended_s = phase, reason, now_s
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the adapter saw in the cluster for one job."""
+
+    reservation_phase: str = ""  # "" when the reservation does not exist (or there is none)
+    reservation_node: str = ""
+    replacement_node: str = ""  # a new pod of the workload bound to this node ("" none yet)
+
+
+def step(job: Job, obs: Observation, now_s: float) -> str:
+    """The next action for a job that is not finished."""
+    if job.phase == RESERVING:
+        if obs.reservation_phase == "Available" and obs.reservation_node:
+            return EVICT
+        if obs.reservation_phase in ("Failed", "Succeeded", ""):
+            return ROLLBACK  # expired, unschedulable, consumed by someone else or deleted
+        if now_s - job.started_s >= min(job.reservation_wait_s, job.ttl_s):
+            return ROLLBACK
+        return SCHEDULE_RESERVATION
+    if job.phase == EVICTING:
+        if now_s - job.started_s >= job.ttl_s:
+            return ROLLBACK
+        return EVICT
+    if job.phase == WAITING:
+        if obs.replacement_node:
+            if job.reservation and obs.replacement_node == job.reservation_node:
+                return CONSUME
+            return RELEASE if job.reservation else DONE
+        if now_s - job.started_s >= job.ttl_s:
+            return TIMEOUT
+        return WAIT
+    return WAIT
+
+
+def in_flight(jobs: list[Job]) -> LimitCounter:
+    """The limits' view of the jobs still running: each counts on its source node, namespace
+    and workload until it ends."""
+    counter = LimitCounter()
+    for j in jobs:
+        if not j.done:
+            p = j.migration.pod
+            counter.add(j.migration.source, p.namespace, p.workload, planned=False)
+    return counter
+
+
+@dataclass
+class TokenBucket:
+    """evictQPS with evictBurst (client-go's token bucket): `reserve` takes one token and says
+    how long to wait for it. qps <= 0 means no limit."""
+
+    qps: float
+    burst: int = 1
+    tokens: float = field(default=-1.0)
+    last_s: float | None = None
+
+    def reserve(self, now_s: float) -> float:
+        if self.qps <= 0:
+            return 0.0
+        if self.last_s is None:
+            self.tokens, self.last_s = float(self.burst), now_s
+        self.tokens = min(float(self.burst), self.tokens + (now_s - self.last_s) * self.qps)
+        self.last_s = now_s
+        self.tokens -= 1.0
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.qps
