@@ -26,9 +26,6 @@ from koordcommon.resources import Resources
 from koordcommon.schemas import ContainerUsage, Event, NodeMetricSample, NodeResource, Owner, PodUsage
 from koordcommon.testing.net import free_port, wait_http_ready
 
-CHROMIUM = os.environ.get("KOORD_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
 GIB = 1 << 30
 NODES = ("node-a", "node-b", "node-c")
 MINUTES = 40
@@ -56,12 +53,6 @@ EXPECTED_CPU = {
     "batch allocated": 7.5,  # batch and free pods both request batch resources
     "batch used": 5.4,
 }
-
-
-def _require(reason: str):
-    if os.environ.get("KOORD_REQUIRE_SERVICES", "") not in ("", "0", "false", "no"):
-        pytest.fail(f"{reason} (KOORD_REQUIRE_SERVICES=1)")
-    pytest.skip(reason)
 
 
 def samples() -> list[NodeMetricSample]:
@@ -179,22 +170,6 @@ def stack(tmp_path_factory, nats_url):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).is_file():
-        _require(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _require("playwright is not installed (pip install playwright)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture(scope="module")

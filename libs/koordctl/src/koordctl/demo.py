@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from dataclasses import dataclass, field
-
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 
 from koordcommon import subjects
 from koordcommon.bus import Bus
@@ -19,6 +16,9 @@ from koordcommon.model import PriorityClass, is_hp
 from koordcommon.records import ContainerSpec, PodRecord
 from koordcommon.resources import Resources, batch_cpu, batch_memory
 from koordcommon.schemas import NodeMetric
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from .driver import SimDriver
 from .launcher import DemoPlan, Launcher, tail
@@ -215,13 +215,21 @@ class Demo:
             tasks.append(asyncio.create_task(driver.run(stop, batch_stream=True)))
 
             check_task = asyncio.create_task(self.batch_pod_check(scheduler, time.monotonic() + 120))
+            # Ctrl-C / SIGTERM end the summary; the checks are still reported and everything stopped.
+            interrupted = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, interrupted.set)
             end = time.monotonic() + duration_s if duration_s else None
+            dashboard = urls["metrics-collector"] + "/dashboard/"
+            console.print(f"[bold]dashboard[/] {dashboard}")
             with Live(console=console, refresh_per_second=1, transient=False) as live:
-                while end is None or time.monotonic() < end:
-                    live.update(self.table(await self.node_views(), {"dashboard": urls["metrics-collector"] + "/dashboard"}))
-                    if check_task.done() and check and end is not None:
-                        end = min(end, time.monotonic() + 3)
-                    await asyncio.sleep(2.0)
+                while not interrupted.is_set() and (end is None or time.monotonic() < end):
+                    live.update(self.table(await self.node_views(), {"dashboard": dashboard}))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(interrupted.wait(), 2.0)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
             if check_task.done():
                 self.checks.append(check_task.result())
             else:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-
 from koordcommon.testing.net import free_port
 
 log = logging.getLogger("koordctl.launcher")
@@ -47,7 +46,11 @@ SERVICES: tuple[ServiceDef, ...] = (
 
 # Colocation is off by default in Koordinator; the demo turns it on, with QoS protection.
 DEMO_SLO_CONFIG = {
-    "colocation-config": json.dumps({"enable": True, "metricAggregateDurationSeconds": 300}),
+    # Mid capacity normally comes from prod pods' predicted peaks, which need a day of history
+    # (coldStartDuration 24 h); a demo lends 20 % of the unallocated capacity to mid instead.
+    "colocation-config": json.dumps(
+        {"enable": True, "metricAggregateDurationSeconds": 300, "midUnallocatedPercent": 20}
+    ),
     "resource-threshold-config": json.dumps({"clusterStrategy": {"enable": True}}),
 }
 
