@@ -71,8 +71,10 @@ async def test_replicas_share_the_durable(bus, database_url, sample_factory, rep
             [(subjects.metrics(f"n{n}"), sample_factory(f"n{n}", T0 + i * 10_000, i)) for i in range(40) for n in range(5)]
         )
         await wait_for(lambda: store.count("node_samples") == 200)
+        # rows are committed before the batch is acked and counted: wait for the count too
+        await wait_for(lambda: sum(c.handled for c in metrics) >= 200)
         assert all(c.handled > 0 for c in metrics), [c.handled for c in metrics]
-        assert sum(c.handled for c in metrics) >= 200
+        assert store.count("node_samples") == 200
     finally:
         stopping.set()
         for c in consumers:

@@ -125,3 +125,27 @@ def test_migrations_match_the_tables_and_downgrade(store):
     assert not sa.inspect(store.engine).has_table("node_samples")
     command.upgrade(cfg, "head")
     assert store.count("node_samples") == 0
+
+
+def test_a_sample_twice_in_one_batch_and_across_batches_is_stored_once(store, sample_factory):
+    a, b = sample_factory("n0", T0, 1), sample_factory("n0", T0 + 10_000, 2)
+    pods, containers = len(a.pods), sum(len(p.containers) for p in a.pods)
+    first = store.write(build_rows([a, a, b]))  # redelivered within the same fetch
+    assert first["node_samples"] == 2 and first["pod_samples"] == 2 * pods
+    assert first["container_samples"] == 2 * containers
+    again = store.write(build_rows([b, sample_factory("n0", T0 + 20_000, 3)]))  # b again, one new
+    assert again["node_samples"] == 1 and again["pod_samples"] == pods
+    assert store.count("pod_samples") == 3 * pods and store.count("container_samples") == 3 * containers
+
+
+def test_child_rows_without_their_node_row_fall_back_to_conflict_checks(store, sample_factory):
+    """Pod rows written on their own (by an older writer) must not fail a later full sample."""
+    s = sample_factory("n0", T0, 1)
+    rows = build_rows([s])
+    rows.node_samples.clear()
+    rows.container_samples.clear()
+    store.write(rows)  # only the pod rows
+    out = store.write(build_rows([s]))
+    assert out["node_samples"] == 1
+    assert store.count("pod_samples") == len(s.pods)
+    assert store.count("container_samples") == sum(len(p.containers) for p in s.pods)

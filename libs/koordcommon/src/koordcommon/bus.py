@@ -614,6 +614,7 @@ class Bus:
                 info = await self.js.add_consumer(wire_stream, config)
                 sub = await self.js.pull_subscribe_bind(consumer=name, stream=wire_stream)
             except Exception as exc:
+                _stop_if_cancelling()
                 if time.monotonic() - last_warning >= 30:  # e.g. waiting for the stream's owner to create it
                     last_warning = time.monotonic()
                     log.warning(
@@ -632,8 +633,10 @@ class Bus:
                     try:
                         msgs = await sub.fetch(batch, timeout=1.0)
                     except TimeoutError:
+                        _stop_if_cancelling()
                         msgs = []
                     except Exception as exc:
+                        _stop_if_cancelling()
                         if self._closed:
                             return
                         log.warning("tail: fetch failed", extra={"stream": wire_stream, "error": repr(exc)})
@@ -662,6 +665,7 @@ class Bus:
                         log.info("tail: consumer gone, re-creating", extra={"stream": wire_stream})
                         break
                     except Exception:
+                        _stop_if_cancelling()
                         continue
             finally:
                 if self.connected:
@@ -816,7 +820,7 @@ class Consumer(Generic[M]):
                 await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
             except TimeoutError:
                 self._task.cancel()
-                await asyncio.wait([self._task])
+                await asyncio.wait([self._task], timeout=5)
             except Exception:
                 log.exception("consumer task failed", extra={"durable": self.durable})
         if self._sub is not None and self._bus.connected:
@@ -839,8 +843,10 @@ class Consumer(Generic[M]):
             try:
                 msgs = await self._sub.fetch(self.batch, timeout=self.max_wait_s)
             except TimeoutError:
+                _stop_if_cancelling()
                 msgs = []
             except Exception as exc:
+                _stop_if_cancelling()
                 self.healthy = False
                 if self._bus._closed:
                     break
@@ -937,6 +943,14 @@ class Consumer(Generic[M]):
         while True:
             await asyncio.sleep(max(self.ack_wait_s / 3, 0.5))
             await asyncio.gather(*(m.in_progress() for m in msgs), return_exceptions=True)
+
+
+def _stop_if_cancelling() -> None:
+    """nats-py's fetch waits with asyncio.wait_for, which can turn a cancellation into a
+    TimeoutError; a loop that retries on timeouts must still stop when its task is cancelled."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 async def _quietly(aw: Awaitable[Any]) -> None:

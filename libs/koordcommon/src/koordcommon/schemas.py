@@ -76,7 +76,7 @@ class _SchemaTag(msgspec.Struct, frozen=True):
     version: int
 
 
-class FastPayload(msgspec.Struct, kw_only=True):
+class FastPayload(msgspec.Struct, kw_only=True, gc=False):
     """Base of the metric messages' parts: msgspec Structs, unknown fields ignored."""
 
 

@@ -38,6 +38,13 @@ MAX_ITEMS = 100_000  # a bound on paging, far above any cluster this runs agains
 OutputOpt = typer.Option("table", "--output", "-o", help="table or json")
 
 
+@app.callback()
+def _logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="show the libraries' log lines")):
+    # An unreachable service is reported in one line by the command itself; the bus and HTTP
+    # libraries' own log lines would only repeat it.
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.CRITICAL)
+
+
 class Unreachable(Exception):
     """A service did not answer (or answered an error) at `url`."""
 
@@ -160,7 +167,7 @@ def up(
     """Start NATS (if needed), the sim cluster and all six services; show a live summary."""
     from .demo import Demo
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.getLogger().setLevel(min(logging.getLogger().level, logging.WARNING))
     plan = DemoPlan(nodes=nodes, data_dir=data_dir, nats_url=nats_url)
     demo = Demo(plan, console)
     try:
@@ -188,7 +195,7 @@ def sim(
     loop through the extender, and the batch workload. Runs until SIGTERM."""
     from .simdriver_cmd import run_sim_driver
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    logging.getLogger().setLevel(logging.INFO)
     asyncio.run(run_sim_driver(nats_url, extender_url, nodes, namespace, batch_tasks_per_node_hour, genesis))
 
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 
 import sqlalchemy as sa
+from psycopg import errors as psycopg_errors
 from koordcommon.storage import is_postgres, make_engine, run_migrations
 from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text
 
@@ -195,6 +196,25 @@ SOURCE_TABLES = {("node", "raw"): node_samples, ("pod", "raw"): pod_samples, **{
 }}
 
 
+# Rows that belong to a sample (node, ts) and are written with its node row.
+_SAMPLE_CHILDREN = ("pod_samples", "container_samples")
+_KEYS = {"pod_samples": ("node", "ts", "uid"), "container_samples": ("node", "ts", "pod_uid", "container")}
+
+
+def _first_of_new_samples(batch: list[tuple], new: set[tuple], key_len: int) -> list[tuple]:
+    """Rows of samples whose node row was just inserted, each key once (a message delivered
+    twice in one batch brings its rows twice)."""
+    seen: set[tuple] = set()
+    out = []
+    for row in batch:
+        if (row[0], row[1]) in new:
+            key = row[:key_len]
+            if key not in seen:
+                seen.add(key)
+                out.append(row)
+    return out
+
+
 class Store:
     def __init__(self, engine: sa.Engine):
         self.engine = engine
@@ -231,7 +251,36 @@ class Store:
             return {}
         with self._write_lock, self.engine.begin() as conn:
             raw = conn.connection.driver_connection
+            if self.postgres and "node_samples" in tables:
+                return self._write_postgres_samples(raw, tables)
             return {name: self._writer(raw, name, batch) for name, batch in tables.items()}
+
+    def _write_postgres_samples(self, raw, tables: dict[str, list[tuple]]) -> dict[str, int]:
+        """A sample's node, pod and container rows are committed together, so its node row
+        decides for all of them: insert the node rows (ON CONFLICT DO NOTHING RETURNING), then
+        COPY only the pod and container rows of samples that were new straight into their
+        tables. That skips the staging copy and conflict check for the bulk of the rows."""
+        new: set[tuple] = set()
+        out = {name: self._write_postgres(raw, name, batch, new if name == "node_samples" else None)
+               for name, batch in tables.items() if name not in _SAMPLE_CHILDREN}  # fmt: skip
+        children = {name: tables[name] for name in _SAMPLE_CHILDREN if name in tables}
+        with raw.cursor() as cur:
+            cur.execute("SAVEPOINT sample_children")
+            try:
+                for name, batch in children.items():
+                    fresh = _first_of_new_samples(batch, new, len(_KEYS[name]))
+                    with cur.copy(f"COPY {name} ({', '.join(ROW_TABLES[name][1])}) FROM STDIN") as copy:
+                        for row in fresh:
+                            copy.write_row(row)
+                    out[name] = len(fresh)
+                cur.execute("RELEASE SAVEPOINT sample_children")
+            except psycopg_errors.UniqueViolation:
+                # Child rows without their node row (written before this rule, or by hand):
+                # fall back to the conflict-checked path for this batch.
+                cur.execute("ROLLBACK TO SAVEPOINT sample_children")
+                for name, batch in children.items():
+                    out[name] = self._write_postgres(raw, name, batch)
+        return out
 
     def _write_sqlite(self, raw, name: str, batch: list[tuple]) -> int:
         cols = ROW_TABLES[name][1]
@@ -243,9 +292,12 @@ class Store:
         finally:
             cur.close()
 
-    def _write_postgres(self, raw, name: str, batch: list[tuple]) -> int:
+    def _write_postgres(self, raw, name: str, batch: list[tuple], inserted_keys: set | None = None) -> int:
+        """COPY into a staging table, then INSERT ... ON CONFLICT DO NOTHING; with
+        `inserted_keys`, the (node, ts) of the rows actually inserted are added to it."""
         col_list = ", ".join(ROW_TABLES[name][1])
         staging = f"_in_{name}"
+        returning = " RETURNING node, ts" if inserted_keys is not None else ""
         with raw.cursor() as cur:
             # One staging table per pooled connection, emptied by every commit.
             cur.execute(
@@ -254,7 +306,11 @@ class Store:
             with cur.copy(f"COPY {staging} ({col_list}) FROM STDIN") as copy:
                 for row in batch:
                     copy.write_row(row)
-            cur.execute(f"INSERT INTO {name} ({col_list}) SELECT {col_list} FROM {staging} ON CONFLICT DO NOTHING")
+            cur.execute(
+                f"INSERT INTO {name} ({col_list}) SELECT {col_list} FROM {staging} ON CONFLICT DO NOTHING{returning}"
+            )
+            if returning:
+                inserted_keys.update(cur.fetchall())
             return cur.rowcount
 
     # ------------------------------------------------------------------ retention

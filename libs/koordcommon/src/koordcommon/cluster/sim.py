@@ -92,8 +92,8 @@ class _Replicator:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Bounded: shutdown must not hang on a task that swallowed its cancellation.
+            await asyncio.wait([self._task], timeout=5)
             self._task = None
 
 
