@@ -26,46 +26,15 @@ import nats
 
 from koordcommon import subjects
 from koordcommon.bus import Bus
-from koordcommon.model import PriorityClass, QoSClass
-from koordcommon.resources import Resources
-from koordcommon.schemas import ContainerUsage, NodeMetricSample, Owner, PodUsage, decode
+from koordcommon.schemas import NodeMetricSample, decode
 from koordcommon.testing.nats import NatsServer
+from payloads import node_sample
 
 GiB = 1 << 30
 
 
 def make_sample(i: int, pods: int) -> NodeMetricSample:
-    node = f"node-{i % 50:03d}.cluster.local"
-    pod_list = []
-    for p in range(pods):
-        be = p % 3 == 0
-        pod_list.append(
-            PodUsage(
-                uid=str(uuid.UUID(int=(i * 1000 + p) | (1 << 64))),
-                namespace="batch" if be else "default",
-                name=f"{'spark' if be else 'web'}-{p}-{i % 97}",
-                owner=Owner(kind="Job" if be else "ReplicaSet", name=f"{'spark' if be else 'web'}-{p % 7}"),
-                qos=QoSClass.BE if be else QoSClass.LS,
-                priority_class=PriorityClass.BATCH if be else PriorityClass.PROD,
-                priority=5000 if be else 9000,
-                requests=Resources(0 if be else 500, 0 if be else GiB),
-                limits=Resources(0 if be else 1000, 0 if be else 2 * GiB),
-                batch_requests=Resources(1000, 2 * GiB) if be else Resources(),
-                usage=Resources(137 + p * 11 + i % 13, 300_000_000 + p * 7_000_000),
-                containers=[
-                    ContainerUsage(name="main", usage=Resources(120 + p, 280_000_000 + p * 1_000)),
-                    ContainerUsage(name="sidecar", usage=Resources(17, 20_000_000)),
-                ],
-            )
-        )
-    return NodeMetricSample(
-        node=node,
-        capacity=Resources(32_000, 128 * GiB),
-        allocatable=Resources(31_500, 120 * GiB),
-        node_usage=Resources(12_345 + i % 100, 60 * GiB + i),
-        system_usage=Resources(800, 4 * GiB),
-        pods=pod_list,
-    )
+    return node_sample(i, pods)
 
 
 async def core_rate(url: str, subject: str, payloads: list[bytes]) -> float:

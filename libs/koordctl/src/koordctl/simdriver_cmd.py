@@ -4,8 +4,8 @@ simulated cluster's genesis, then plays kube-scheduler and the batch workload fo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
+import sys
 
 from koordcommon.bus import Bus
 from koordcommon.cluster.sim import SimCluster, SimSpec
@@ -23,8 +23,8 @@ async def run_sim_driver(
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
+    if sys.platform != "win32":  # asyncio has no signal handlers there
+        for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     bus = Bus(nats_url, service="sim-driver", namespace=namespace)
     await bus.connect()

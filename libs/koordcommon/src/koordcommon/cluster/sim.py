@@ -344,11 +344,9 @@ class SimCluster:
             now = self.now_ms()
             for pod in await asyncio.to_thread(sim_batch.batch_arrivals, self.spec, last, now):
                 if pod.key not in self.state.pods:
-                    try:
+                    with contextlib.suppress(MutationError):  # created concurrently by an earlier run
                         await self.create_pod(pod)
                         created += 1
-                    except MutationError:
-                        pass  # created concurrently by an earlier run
             for pod in await self.list_pods(namespace=sim_batch.BATCH_NAMESPACE):
                 if sim_batch.finished(pod, now):
                     try:
