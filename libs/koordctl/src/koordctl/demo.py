@@ -228,6 +228,7 @@ class Demo:
                     live.update(self.table(await self.node_views(), {"dashboard": dashboard}))
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(interrupted.wait(), 2.0)
+            console.print()  # the checks start on a line of their own, after the table
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             if check_task.done():
