@@ -25,7 +25,7 @@ test: dev
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: dev
-	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	for b in bench/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 lint: dev
 	$(BIN)/ruff check libs services tests bench

@@ -28,7 +28,7 @@ from koordcommon import subjects
 from koordcommon.bus import Bus
 from koordcommon.schemas import NodeMetricSample, decode
 from koordcommon.testing.nats import NatsServer
-from payloads import node_sample
+from _payloads import node_sample
 
 GiB = 1 << 30
 

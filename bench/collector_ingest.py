@@ -37,7 +37,7 @@ from koordcommon.testing.nats import NatsServer
 from koordcommon.testing.net import free_port, wait_http_ready
 from metrics_collector.core.rows import build_rows
 from metrics_collector.store import ROW_TABLES, Store
-from payloads import NODES, node_sample
+from _payloads import NODES, node_sample
 
 GiB = 1 << 30
 GOAL = 0.5
