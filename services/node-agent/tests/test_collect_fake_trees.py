@@ -218,3 +218,37 @@ def test_bad_uid_is_skipped_and_counted(fake_tree):
     c = RealCollector(ProcReader(tree.proc), CgroupReader(CgroupLayout(tree.root, tree.version, "cgroupfs")))
     assert c.collect([bad], 0).pods == {}
     assert c.errors == 1
+
+
+def test_oom_kill_counter_growth_stamps_the_container(fake_tree):
+    """memory.events (v2) / memory.oom_control (v1) oom_kill growing between rounds marks the
+    container's last OOM kill in the published sample; the first reading is only a baseline."""
+    tree = fake_tree
+    layout = CgroupLayout(tree.root, tree.version, "cgroupfs")
+    web, job = _pods()
+    web_dir = layout.pod_dir(web.uid, web.kube_qos)
+    app_dir = layout.container_dir(web_dir, "containerd://abc123")
+    events = "memory.oom_control" if tree.version == "v1" else "memory.events"
+
+    def kills(n: int) -> str:
+        if tree.version == "v1":
+            return f"oom_kill_disable 0\nunder_oom 0\noom_kill {n}\n"
+        return f"low 0\nhigh 0\nmax 3\noom 1\noom_kill {n}\noom_group_kill 0\n"
+
+    tree.set_proc(user=1, nice=0, system=1, idle=1, iowait=0, irq=0, softirq=0, mem_total_kb=1000, mem_avail_kb=500)
+    collector = RealCollector(ProcReader(tree.proc), CgroupReader(layout))
+    history = NodeHistory("n1")
+    history.set_pods([web, job])
+    for t, n in ((1, 2), (2, 2), (3, 3), (4, 3)):  # 2 kills before we looked, one at t=3 s
+        tree.set_cgroup(web_dir, cpu_ns=t * S, active_anon=1)
+        tree.set_cgroup(app_dir, cpu_ns=t * S, active_anon=1)
+        tree.write(app_dir, "memory", events, kills(n))
+        r = collector.collect([web, job], t * S)
+        assert r.oom_kills == {(web.uid, "app"): n}
+        history.record(t * 1000, r.node, r.pods, r.containers)
+        history.record_oom_kills(t * 1000, r.oom_kills)
+        if t == 1:
+            continue  # the first round is every counter's baseline: no rates, no sample yet
+        app = next(c for p in history.sample(t * 1000, 10).pods if p.uid == web.uid for c in p.containers)
+        assert app.last_oom_ms == (None if t < 3 else 3000)
+    assert CgroupReader(layout).oom_kills(web_dir) is None  # no counter file: unknown, not zero

@@ -281,6 +281,15 @@ class CgroupReader:
         keys = V1_MEMORY_KEYS if self.layout.version == V1 else V2_MEMORY_KEYS
         return memory_usage_from_stat(parse_flat_keyed(self._read(rel, "memory.stat"), keys), self.layout.version)
 
+    def oom_kills(self, rel: str) -> int | None:
+        """Processes of this cgroup killed by an OOM killer so far (v2 memory.events, v1
+        memory.oom_control); None where the kernel does not count them."""
+        filename = "memory.oom_control" if self.layout.version == V1 else "memory.events"
+        try:
+            return parse_flat_keyed(self._read(rel, filename)).get("oom_kill")
+        except (FileNotFoundError, CgroupFormatError):
+            return None
+
     def throttle(self, rel: str) -> Throttle | None:
         try:
             stat = parse_flat_keyed(self._read(rel, "cpu.stat"))

@@ -58,6 +58,9 @@ class RealCollector:
                     alive.append(("container", pod.uid, name))
                 except (OSError, CgroupFormatError, ValueError):
                     continue
+                kills = self.cgroups.oom_kills(rel)
+                if kills is not None:
+                    round_.oom_kills[(pod.uid, name)] = kills
         self.rates.retain(alive)
         self._throttle_prev = {k: v for k, v in self._throttle_prev.items() if k in round_.pods}
         ext = {}

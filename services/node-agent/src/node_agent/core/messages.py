@@ -67,6 +67,8 @@ class NodeHistory:
         self.container_ring = SlotRing(cfg.rows(cfg.container_history_s), slots=16)
         self.node_ring.slot_of(NODE)
         self.node_ring.slot_of(SYSTEM)
+        self._oom_counts: dict[tuple[str, str], int] = {}
+        self.last_oom_ms: dict[tuple[str, str], int] = {}  # the recommender bumps memory after one
 
     # -- inputs
 
@@ -86,6 +88,21 @@ class NodeHistory:
         self.container_shares = {uid: shares[uid] for uid in self.pods if uid in shares}
         self.pod_ring.retain(self.pods)
         self.container_ring.retain(k for k in self.container_ring.series() if k[0] in self.pods)
+
+    def record_oom_kills(self, ts_ms: int, counts: dict[tuple[str, str], int]) -> None:
+        """A container's OOM-kill counter that grew since the last round had a kill by ts_ms.
+
+        The first reading is only a baseline: kills from before the agent started have no time.
+        """
+        for key, n in counts.items():
+            prev = self._oom_counts.get(key)
+            if prev is not None and n > prev:
+                self.last_oom_ms[key] = ts_ms
+            self._oom_counts[key] = n
+        gone = [k for k in self._oom_counts if k[0] not in self.pods]
+        for k in gone:
+            self._oom_counts.pop(k, None)
+            self.last_oom_ms.pop(k, None)
 
     def record(
         self,
@@ -133,6 +150,7 @@ class NodeHistory:
                     requests=spec.requests if spec else Resources(),
                     limits=spec.limits if spec else Resources(),
                     usage=usage,
+                    last_oom_ms=self.last_oom_ms.get((uid, cname)),
                 )
             )
         pods = []

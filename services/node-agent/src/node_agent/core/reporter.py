@@ -32,6 +32,7 @@ class NodeRound:
     pods: dict[str, Pair] = field(default_factory=dict)
     containers: dict[tuple[str, str], Pair] = field(default_factory=dict)
     extensions: dict | None = None
+    oom_kills: dict[tuple[str, str], int] = field(default_factory=dict)  # cumulative, per container
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class Reporter:
             if h is None:
                 continue
             h.record(t_ms, r.node, r.pods, r.containers)
+            if r.oom_kills:
+                h.record_oom_kills(t_ms, r.oom_kills)
             if r.extensions is not None:
                 self._extensions[name] = r.extensions
 
