@@ -24,6 +24,7 @@ import pytest
 from koordcommon.model import PriorityClass, QoSClass
 from koordcommon.resources import Resources
 from koordcommon.schemas import ContainerUsage, Event, NodeMetricSample, NodeResource, Owner, PodUsage
+from koordcommon.testing.nats import drop_namespace
 from koordcommon.testing.net import free_port, wait_http_ready
 
 GIB = 1 << 30
@@ -151,9 +152,10 @@ def stack(tmp_path_factory, nats_url):
 
     rec_port, col_port = free_port(), free_port()
     recommender = f"http://127.0.0.1:{rec_port}"
+    namespace = f"dash{os.getpid()}"
     env = {**os.environ, "NATS_URL": nats_url, "DATABASE_URL": db_url,
            "KOORD_COLLECTOR_HTTP_HOST": "127.0.0.1", "KOORD_COLLECTOR_HTTP_PORT": str(col_port),
-           "KOORD_COLLECTOR_BUS_NAMESPACE": f"dash{os.getpid()}", "KOORD_COLLECTOR_DATA_DIR": str(tmp / "data"),
+           "KOORD_COLLECTOR_BUS_NAMESPACE": namespace, "KOORD_COLLECTOR_DATA_DIR": str(tmp / "data"),
            "KOORD_COLLECTOR_RECOMMENDER_URL": recommender, "KOORD_COLLECTOR_LOG_LEVEL": "WARNING"}  # fmt: skip
     with open(tmp / "collector.log", "wb") as log, ThreadServer(recommender_app(), rec_port):
         proc = subprocess.Popen([sys.executable, "-m", "metrics_collector"], env=env, stdout=log,
@@ -170,6 +172,7 @@ def stack(tmp_path_factory, nats_url):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            asyncio.run(drop_namespace(nats_url, namespace))  # the collector's streams
 
 
 @pytest.fixture(scope="module")

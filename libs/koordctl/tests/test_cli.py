@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from koordcommon.testing.nats import drop_namespace
 from koordcommon import subjects
 from koordcommon.bus import Bus
 from koordcommon.schemas import Event
@@ -193,6 +194,7 @@ def test_events_follow_replays_from_the_bus(nats_url, demo_state):
     ]
     r = run("events", "--follow", "--replay", "--node", "node-2", "--count", "2")
     lines = r.stdout.splitlines()
+    asyncio.run(drop_namespace(nats_url, ns))
     assert len(lines) == 2 and " qos node-2 cpu_burst" in lines[0] and " evict node-2 evict" in lines[1]
 
 
@@ -214,6 +216,7 @@ def test_events_follow_streams_new_events(nats_url, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+        asyncio.run(drop_namespace(nats_url, ns))
     assert proc.returncode == 0, err
     (line,) = out.splitlines()
     e = json.loads(line)

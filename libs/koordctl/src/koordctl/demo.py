@@ -252,10 +252,15 @@ class Demo:
             if self.cluster is not None:
                 with contextlib.suppress(Exception):
                     await self.cluster.close()
+            launcher.stop_services()
             if self.bus is not None:
                 with contextlib.suppress(Exception):
+                    if launcher.nats is None:
+                        # A shared NATS keeps streams: remove this demo's namespace once its
+                        # services have stopped (a private server goes away with its directory).
+                        await self.bus.delete_namespace()
                     await self.bus.close()
-            launcher.stop()
+            launcher.stop_nats()
             for c in self.checks:
                 mark = "[green]PASS[/]" if c.ok else "[red]FAIL[/]"
                 console.print(f"{mark} {c.name}: {c.detail}")

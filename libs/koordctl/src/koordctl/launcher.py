@@ -256,6 +256,15 @@ class Launcher:
 
     def stop(self) -> None:
         """SIGTERM every service, wait, then SIGKILL stragglers; stop the private NATS."""
+        self.stop_services()
+        self.stop_nats()
+
+    def stop_nats(self) -> None:
+        if self.nats:
+            self.nats.stop()
+
+    def stop_services(self) -> None:
+        """SIGTERM every service, wait, then SIGKILL stragglers."""
         for r in self.running:
             if r.process.poll() is None:
                 try:
@@ -273,8 +282,6 @@ class Launcher:
                 except ProcessLookupError:
                     pass
                 r.process.wait()
-        if self.nats:
-            self.nats.stop()
 
 
 def tail(path: Path, lines: int = 15) -> str:

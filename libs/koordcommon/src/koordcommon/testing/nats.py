@@ -28,6 +28,7 @@ from .net import free_port, wait_http_ready, wait_tcp_ready
 
 __all__ = [
     "NatsServer",
+    "drop_namespace",
     "bus",
     "bus_namespace",
     "nats_answers",
@@ -214,9 +215,14 @@ async def bus(nats_url: str, bus_namespace: str) -> AsyncIterator[Bus]:
         yield b
     finally:
         await b.close()
-        cleaner = Bus(nats_url, service="test", namespace=bus_namespace)
-        await cleaner.connect(timeout_s=10)
-        try:
-            await cleaner.delete_namespace()
-        finally:
-            await cleaner.close()
+        await drop_namespace(nats_url, bus_namespace)
+
+
+async def drop_namespace(nats_url: str, namespace: str) -> None:
+    """Delete a test namespace's streams and buckets: leave a shared server as it was found."""
+    cleaner = Bus(nats_url, service="test", namespace=namespace)
+    await cleaner.connect(timeout_s=10)
+    try:
+        await cleaner.delete_namespace()
+    finally:
+        await cleaner.close()
