@@ -24,10 +24,10 @@ from koordcommon.kube_codec import node_to_k8s
 from koordcommon.records import ContainerSpec, NodeRecord, OwnerRef, PodRecord
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetric, PodMetric
+from koordcommon.service import tune_gc
 from scheduler_extender import api
 from scheduler_extender.core import wire
 from scheduler_extender.core.state import ClusterState
-from scheduler_extender.main import tune_gc
 
 Gi = 1024**3
 NOW = 1_700_000_000_000

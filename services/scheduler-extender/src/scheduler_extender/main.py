@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 
 from koordcommon import subjects
-from koordcommon.service import Service, load_settings
+from koordcommon.service import Service, load_settings, tune_gc
 from koordcommon.wiring import start_bus, start_cluster
 
 from . import api, feeds
@@ -15,16 +14,6 @@ from .core.state import ClusterState, wall_ms
 from .settings import SERVICE, Settings
 
 log = logging.getLogger("scheduler_extender")
-
-
-def tune_gc() -> None:
-    """Fewer, cheaper collections: a request with 5,000 Node objects allocates about a million
-    objects, and with the default gen0 threshold (700) each one sets off hundreds of collections,
-    some of them full ones that walk the whole in-memory state. The state listed at start-up is
-    frozen out of the collector's reach (it lives until the process ends anyway)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 50)
 
 
 def build(settings: Settings) -> tuple[Service, ClusterState]:
@@ -72,6 +61,8 @@ async def run(svc: Service, state: ClusterState) -> None:
 
 
 async def _tune_gc_when_listed(status: feeds.FeedStatus) -> None:
+    # A request with 5,000 Node objects allocates about a million objects; the state listed
+    # at start-up is frozen out of the collector's reach once it is in.
     await status.cluster_listed.wait()
     tune_gc()
 

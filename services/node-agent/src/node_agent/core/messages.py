@@ -54,6 +54,21 @@ class HistoryConfig:
         return max(math.ceil(seconds / self.collect_interval_s) + 1, 2)
 
 
+def _identity(uid: str, info: PodInfo) -> dict:
+    """What a pod's sample and its NodeMetric entry both say about who the pod is."""
+    return {
+        "uid": uid,
+        "namespace": info.namespace,
+        "name": info.name,
+        "owner": Owner(kind=info.owner_kind, name=info.owner_name) if info.owner_kind else None,
+        "qos": info.qos,
+        "priority_class": info.priority_class,
+        "priority": info.priority,
+        "requests": info.requests,
+        "limits": info.limits,
+    }
+
+
 class NodeHistory:
     def __init__(self, node: str, config: HistoryConfig | None = None) -> None:
         self.node = node
@@ -160,15 +175,7 @@ class NodeHistory:
                 continue
             pods.append(
                 PodUsage(
-                    uid=uid,
-                    namespace=info.namespace,
-                    name=info.name,
-                    owner=Owner(kind=info.owner_kind, name=info.owner_name) if info.owner_kind else None,
-                    qos=info.qos,
-                    priority_class=info.priority_class,
-                    priority=info.priority,
-                    requests=info.requests,
-                    limits=info.limits,
+                    **_identity(uid, info),
                     batch_requests=info.batch_requests,
                     usage=usage,
                     containers=sorted(by_pod.get(uid, []), key=lambda c: c.name),
@@ -224,15 +231,7 @@ class NodeHistory:
             info = self.pods[uid]
             pods.append(
                 PodMetric(
-                    uid=uid,
-                    namespace=info.namespace,
-                    name=info.name,
-                    owner=Owner(kind=info.owner_kind, name=info.owner_name) if info.owner_kind else None,
-                    qos=info.qos,
-                    priority_class=info.priority_class,
-                    priority=info.priority,
-                    requests=info.requests,
-                    limits=info.limits,
+                    **_identity(uid, info),
                     usage=to_resources(pod_avg.avg[i]),
                     aggregated=[_aggregated(st, i, d) for d, st in pod_aggs],
                 )
