@@ -417,3 +417,20 @@ async def test_consumer_recreates_a_deleted_durable(bus: Bus):
     await wait_until(lambda: handled, timeout=15, what="delivery through the re-created durable")
     assert [d.msg.node for d in handled] == ["n1"]
     await consumer.stop()
+
+
+def test_a_batch_keeps_one_delivery_per_message_the_newest():
+    """A pull request served after the client gave up on it brings old deliveries along."""
+    from nats.aio.msg import Msg
+
+    from koordcommon.bus import _latest_deliveries
+
+    def delivery(stream_seq: int, num_delivered: int) -> Msg:
+        reply = f"$JS.ACK.S.c.{num_delivered}.{stream_seq}.{stream_seq}.1700000000000000000.0"
+        return Msg(_client=None, subject="koord.metrics.n", reply=reply, data=b"{}")
+
+    batch = [delivery(1, 2), delivery(2, 2), delivery(2, 1), delivery(3, 1)]
+    kept = _latest_deliveries(batch)
+    assert [(m.metadata.sequence.stream, m.metadata.num_delivered) for m in kept] == [(1, 2), (2, 2), (3, 1)]
+    plain = [delivery(5, 1), delivery(6, 1)]
+    assert _latest_deliveries(plain) is plain

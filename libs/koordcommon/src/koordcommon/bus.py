@@ -890,6 +890,7 @@ class Consumer(Generic[M]):
         bus = self._bus
         good: list[Msg] = []
         deliveries: list[Delivery[M]] = []
+        msgs = _latest_deliveries(msgs)
         for m, msg in zip(msgs, decode_all(self.schema, [m.data for m in msgs])):
             if isinstance(msg, SchemaError):
                 if await bus._dead_letter(m, msg, self.schema, self.stream):
@@ -943,6 +944,24 @@ class Consumer(Generic[M]):
         while True:
             await asyncio.sleep(max(self.ack_wait_s / 3, 0.5))
             await asyncio.gather(*(m.in_progress() for m in msgs), return_exceptions=True)
+
+
+def _latest_deliveries(msgs: list[Msg]) -> list[Msg]:
+    """One delivery per stream message: the newest (its ack token is the current one).
+
+    Under load a pull request that timed out on the client is still served by the server and
+    its messages arrive with the next fetch, beside their redelivery; without this a handler
+    would see the same message twice in one batch.
+    """
+    by_seq: dict[int, Msg] = {}
+    for m in msgs:
+        seq = m.metadata.sequence.stream
+        prev = by_seq.get(seq)
+        if prev is None or m.metadata.num_delivered > prev.metadata.num_delivered:
+            by_seq[seq] = m
+    if len(by_seq) == len(msgs):
+        return msgs
+    return sorted(by_seq.values(), key=lambda m: m.metadata.sequence.stream)
 
 
 def _stop_if_cancelling() -> None:
