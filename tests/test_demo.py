@@ -48,7 +48,7 @@ def batch_placed(state: dict) -> bool:
 def test_demo_runs_shows_the_dashboard_and_stops_cleanly(tmp_path, nats_url, browser):
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}  # the demo is embedded: SQLite
     state_file = tmp_path / "demo.json"
-    env.update(NATS_URL=nats_url, KOORD_STATE_FILE=str(state_file), COLUMNS="160")
+    env.update(NATS_URL=nats_url, KOORD_STATE_FILE=str(state_file), COLUMNS="160", PYTHONUNBUFFERED="1")
     out = tmp_path / "demo.out"
     data_dir = tmp_path / "demo"
     with open(out, "wb") as sink:
@@ -61,7 +61,7 @@ def test_demo_runs_shows_the_dashboard_and_stops_cleanly(tmp_path, nats_url, bro
         state = json.loads(state_file.read_text())
         # the summary shows capacity, and the collector knows batch allocatable for some node
         wait(lambda: batch_placed(state), 120, "batch allocatable on a node", proc, out)
-        assert "dashboard" in out.read_text() and "/dashboard/" in out.read_text()
+        wait(lambda: "/dashboard/" in out.read_text(), 30, "the dashboard URL in the demo's output", proc, out)
 
         status = subprocess.run(
             [sys.executable, "-m", "koordctl.cli", "status", "-o", "json"], cwd=ROOT, env=env,
