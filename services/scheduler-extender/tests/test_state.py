@@ -1,10 +1,12 @@
 """The assigned-pod cache: timestamps, assumed placements, moves, deletions, stale metrics."""
 
 import numpy as np
+import pytest
 from extender_helpers import T0, Gi, guaranteed, metric, node, pod_metric
 from koordcommon.resources import Resources
 from scheduler_extender.core import wire
 from scheduler_extender.core.extender import filter_request, prioritize_request
+from scheduler_extender.core.loadaware import AggregatedArgs, LoadAwareArgs, Thresholds
 from scheduler_extender.core.state import ExtenderConfig, pending_of
 from test_loadaware import make_state
 
@@ -135,3 +137,40 @@ def test_reserve_pod_is_not_assumed():
     reserve.annotations["scheduling.koordinator.sh/reserve-pod"] = "true"
     st.assume(st.pod_info(reserve), "a")
     assert exist_cpu(st, "a") == 1000 and st.assumed == {}
+
+
+SHIFT_CONFIGS = [
+    ExtenderConfig(),
+    ExtenderConfig(load=LoadAwareArgs(prod_usage_thresholds=Thresholds(60, 90), score_according_prod_usage=True)),
+    ExtenderConfig(load=LoadAwareArgs(aggregated=AggregatedArgs(Thresholds(70, 90), "p95", 0, "p90", 1800))),
+]
+
+
+@pytest.mark.parametrize("config", SHIFT_CONFIGS)
+def test_assumed_placements_shift_rows_exactly_as_a_full_refresh(config):
+    """Assume, move and re-assume pods (prod, batch, one the metric already reports): every
+    column of every row equals what recomputing the row from all its pods gives."""
+    from extender_helpers import pod
+    from koordcommon.model import PriorityClass
+    from scheduler_extender.core.table import ALL_COLUMNS
+    from test_batch_reservation import BATCH_LABELS
+
+    st = make_state(config)
+    batch_alloc = {"koordinator.sh/batch-cpu": 10000, "koordinator.sh/batch-memory": 20 * Gi}
+    for name in ("a", "b", "c"):
+        st.apply_node(node(name, extra=batch_alloc))
+    st.apply_metric(metric("a", 9000, 20 * Gi, pods=[pod_metric("seen", 1500, Gi, cls=PriorityClass.PROD)]))
+    st.apply_metric(metric("b", 3000, 8 * Gi))
+    web = st.pod_info(guaranteed("web", 4000, 8 * Gi, priority=9500))
+    job = st.pod_info(pod("job", labels=BATCH_LABELS, priority=5000, extra_requests={"koordinator.sh/batch-cpu": 3000}))
+    seen = st.pod_info(guaranteed("seen", 2000, 2 * Gi))  # the metric of a reports it already
+    for info, where in ((web, "a"), (job, "a"), (seen, "a"), (web, "b"), (job, "c"), (web, "b"), (seen, "b"), (job, "a")):
+        st.assume(info, where)
+    assert web.is_prod and not job.is_prod and job.batch == Resources(3000, 0)
+    shifted = {col: getattr(st.table, col)[: len(st.table)].copy() for col in ALL_COLUMNS}
+    for name in ("a", "b", "c"):
+        st.refresh(name)
+    for col in ALL_COLUMNS:
+        assert getattr(st.table, col)[: len(st.table)].tolist() == shifted[col].tolist(), col
+    # and the shifts did something: web's estimate sits on b, job's batch request on a
+    assert exist_cpu(st, "b") == 3000 + 3400 + 1700 and st.table.get(st.table.index["a"], "breq_cpu") == 3000

@@ -34,6 +34,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from .asgi import PostRoutes
+
 __all__ = [
     "ConfigFileError",
     "Health",
@@ -300,6 +302,8 @@ class Service:
         self._server: _Server | None = None
         self._started = False
         self.app = FastAPI(title=name, version=version)
+        # what the server runs: a few hot POST paths answered directly, the rest by the app
+        self.post_routes = PostRoutes(self.app)
         self._add_probe_routes()
 
     # -- wiring
@@ -366,7 +370,7 @@ class Service:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         _UP.labels(self.name).set(1)
         config = uvicorn.Config(
-            self.app,
+            self.post_routes,
             host=self.settings.http_host,
             port=self.settings.http_port,
             log_config=None,

@@ -1,8 +1,8 @@
 """HTTP adapter: the kube-scheduler extender verbs.
 
-Routes are plain Starlette routes reading the raw body: the extender JSON is decoded with orjson
-by `core.wire`, not by pydantic models, because a filter call may carry thousands of nodes and
-the extender sits on the scheduling hot path.
+The verbs are answered by the chassis' ASGI front (`koordcommon.asgi.PostRoutes`), body bytes
+in and bytes out, and the extender JSON is decoded by `core.wire`, not by pydantic models: a
+filter call may carry thousands of nodes and the extender sits on the scheduling hot path.
 
 Status codes: 200 for every answer kube-scheduler should use; 400 with `{"Error": "..."}` for
 a body that is not the extender JSON (malformed JSON, missing Pod, bad quantities). An internal
@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 import orjson
+from koordcommon.asgi import PostRoutes
 from prometheus_client import Counter, Histogram
 from starlette.requests import Request
 from starlette.responses import Response
@@ -51,50 +52,50 @@ CANDIDATES = Histogram(
 JSON = "application/json"
 
 
-def _bad_request(verb: str, message: str) -> Response:
-    REQUESTS.labels(verb, "bad_request").inc()
-    return Response(orjson.dumps({"Error": message}), status_code=400, media_type=JSON)
-
-
 def _verb(
     verb: str,
     decode: Callable[[bytes], object],
     run: Callable[[ClusterState, object], VerbResult],
     on_error: Callable[[object | None, str], bytes],
     state: ClusterState,
-):
-    async def endpoint(request: Request) -> Response:
+) -> Callable[[bytes], tuple[int, bytes]]:
+    """The handler of one verb: request body in, (status, reply body) out."""
+    latency = LATENCY.labels(verb)
+    ok, bad, failed = (REQUESTS.labels(verb, outcome) for outcome in ("ok", "bad_request", "error"))
+    candidates = CANDIDATES.labels(verb)
+    filtered: dict[str, Counter] = {}
+
+    def handle(body: bytes) -> tuple[int, bytes]:
         started = time.perf_counter()
         try:
-            return await handle(request)
+            return judge(body)
         finally:
-            LATENCY.labels(verb).observe(time.perf_counter() - started)
+            latency.observe(time.perf_counter() - started)
 
-    async def handle(request: Request) -> Response:
-        body = await request.body()
+    def judge(body: bytes) -> tuple[int, bytes]:
+        args = None
         try:
             args = decode(body)
-        except wire.WireError as exc:
-            return _bad_request(verb, str(exc))
-        try:
             result = run(state, args)
-        except wire.WireError as exc:  # e.g. a quantity in the Pod that does not parse
-            return _bad_request(verb, str(exc))
+        except wire.WireError as exc:  # not the extender JSON, or e.g. a quantity that does not parse
+            bad.inc()
+            return 400, orjson.dumps({"Error": str(exc)})
         except Exception as exc:
             log.exception("extender %s failed", verb)
-            REQUESTS.labels(verb, "error").inc()
-            return Response(on_error(args, f"scheduler-extender {verb} failed: {exc}"), media_type=JSON)
+            failed.inc()
+            return 200, on_error(args, f"scheduler-extender {verb} failed: {exc}")
         for reason, n in result.reasons.items():
-            FILTERED.labels(reason).inc(n)
-        REQUESTS.labels(verb, "ok").inc()
-        if isinstance(args, wire.ExtenderArgs):
-            CANDIDATES.labels(verb).observe(
-                len(args.node_names if args.node_names is not None else args.nodes["items"])
-            )
-        return Response(result.body, media_type=JSON)
+            counter = filtered.get(reason)
+            if counter is None:
+                counter = filtered[reason] = FILTERED.labels(reason)
+            counter.inc(n)
+        ok.inc()
+        if result.candidates is not None:
+            candidates.observe(result.candidates)
+        return 200, result.body
 
-    endpoint.__name__ = f"extender_{verb}"
-    return endpoint
+    handle.__name__ = f"extender_{verb}"
+    return handle
 
 
 def _filter_error(args, message: str) -> bytes:
@@ -111,23 +112,16 @@ def _preempt_error(args, message: str) -> bytes:
     return wire.encode_preemption_result(None)
 
 
-def install(app, state: ClusterState, url_prefix: str = "") -> None:
-    """Add POST <url_prefix>/filter, /prioritize and /preempt to a Starlette/FastAPI app."""
+def install(front: PostRoutes, app, state: ClusterState, url_prefix: str = "") -> None:
+    """POST <url_prefix>/filter, /prioritize and /preempt on the front; GET /api/v1/summary on the app."""
     prefix = url_prefix.rstrip("/")
-    app.add_route(
-        f"{prefix}/filter",
-        _verb("filter", wire.decode_extender_args, filter_request, _filter_error, state),
-        methods=["POST"],
-    )
-    app.add_route(
+    front.add(f"{prefix}/filter", _verb("filter", wire.decode_extender_args, filter_request, _filter_error, state))
+    front.add(
         f"{prefix}/prioritize",
         _verb("prioritize", wire.decode_extender_args, prioritize_request, _prioritize_error, state),
-        methods=["POST"],
     )
-    app.add_route(
-        f"{prefix}/preempt",
-        _verb("preempt", wire.decode_preemption_args, preempt_request, _preempt_error, state),
-        methods=["POST"],
+    front.add(
+        f"{prefix}/preempt", _verb("preempt", wire.decode_preemption_args, preempt_request, _preempt_error, state)
     )
 
     async def summary(request: Request) -> Response:
@@ -136,10 +130,11 @@ def install(app, state: ClusterState, url_prefix: str = "") -> None:
     app.add_route("/api/v1/summary", summary, methods=["GET"])
 
 
-def create_app(state: ClusterState, url_prefix: str = ""):
+def create_app(state: ClusterState, url_prefix: str = "") -> PostRoutes:
     """A bare app with only the extender routes (tests, benchmarks); the service uses `install`."""
     from starlette.applications import Starlette
 
     app = Starlette()
-    install(app, state, url_prefix)
-    return app
+    front = PostRoutes(app)
+    install(front, app, state, url_prefix)
+    return front

@@ -19,7 +19,7 @@ log = logging.getLogger("scheduler_extender")
 def build(settings: Settings) -> tuple[Service, ClusterState]:
     svc = Service(SERVICE, settings)
     state = ClusterState(settings.extender_config())
-    api.install(svc.app, state, settings.url_prefix)
+    api.install(svc.post_routes, svc.app, state, settings.url_prefix)
     return svc, state
 
 

@@ -44,8 +44,9 @@ def batch_free(allocatable: Resources | None, requested: Resources) -> Resources
 def batch_codes(t: NodeTable, ix: np.ndarray, request: Resources) -> np.ndarray:
     """0 when the pod fits every candidate's batch room, else BATCH_CPU_SHORT / BATCH_MEM_SHORT."""
     codes = np.zeros(len(ix), dtype=np.int8)
+    # cpu is reported before memory: it is written last
     if request.memory_bytes > 0:
-        codes[t.bal_mem[ix] - t.breq_mem[ix] < request.memory_bytes] = BATCH_MEM_SHORT
+        codes[t.bfree_mem.take(ix) < request.memory_bytes] = BATCH_MEM_SHORT
     if request.cpu_milli > 0:
-        codes[t.bal_cpu[ix] - t.breq_cpu[ix] < request.cpu_milli] = BATCH_CPU_SHORT
+        codes[t.bfree_cpu.take(ix) < request.cpu_milli] = BATCH_CPU_SHORT
     return codes

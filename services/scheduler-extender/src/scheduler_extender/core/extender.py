@@ -23,13 +23,16 @@ from .state import ClusterState, PodInfo
 from .table import BOOL_COLUMNS, INT_COLUMNS, NodeTable
 from .wire import (
     MAX_EXTENDER_PRIORITY,
+    CodedFailures,
     ExtenderArgs,
     ExtenderPreemptionArgs,
     FilterOutcome,
     MetaVictims,
     WireError,
+    encode_filter_names_reply,
     encode_filter_outcome,
     encode_host_priority_list,
+    encode_names,
     encode_preemption_result,
     pick,
 )
@@ -43,6 +46,7 @@ REASON_UNKNOWN = "node(s) unknown to the extender: no node, NodeMetric or NodeRe
 class VerbResult:
     body: bytes
     reasons: Counter = field(default_factory=Counter)  # nodes filtered, by reason
+    candidates: int | None = None  # nodes judged (filter, prioritize)
 
 
 def parse_pod(pod: dict) -> PodRecord:
@@ -73,12 +77,30 @@ def _rows(state: ClusterState, names: list) -> tuple[np.ndarray, list[int]]:
         raise WireError("NodeNames must be an array of node names") from None
 
 
+def _pod_info(state: ClusterState, args: ExtenderArgs) -> PodInfo:
+    if args.pod_raw is not None:
+        return state.pod_info_raw(args.pod_raw, lambda: args.pod, parse_pod)
+    return state.pod_info_json(args.pod, parse_pod)
+
+
+def _candidates(state: ClusterState, args: ExtenderArgs) -> tuple[list[str], np.ndarray, list[int]]:
+    """The candidate names, their rows and the positions of unknown names."""
+    raw = args.names_raw
+    if raw is not None and (hit := state.table.cached_rows(raw)) is not None:
+        return hit
+    names = args.candidate_names()
+    ix, missing = _rows(state, names)
+    if raw is not None:
+        state.table.remember_rows(raw, names, ix, missing)
+    return names, ix, missing
+
+
 def filter_nodes(
-    state: ClusterState, info: PodInfo, names: list[str], now: int
+    state: ClusterState, info: PodInfo, names: list[str], now: int, rows: tuple[np.ndarray, list[int]] | None = None
 ) -> tuple[FilterOutcome, Counter, np.ndarray, list[int]]:
     t = state.table
     cfg = state.config
-    ix, missing = _rows(state, names)
+    ix, missing = _rows(state, names) if rows is None else rows
     n = len(names)
     if info.daemonset:
         codes = np.zeros(n, dtype=np.int8)  # Koordinator lets DaemonSet pods through load checks
@@ -88,18 +110,19 @@ def filter_nodes(
         b = batch_codes(t, ix, info.batch)
         codes = np.where((codes == 0) & (b > 0), b + BATCH_BASE, codes)
     if cfg.fail_unknown_nodes:
-        unknown = ~t.known[ix]
+        unknown = ~t.known.take(ix)
         if missing:
             unknown[missing] = True
-        codes[unknown] = UNKNOWN
+        if unknown.any():
+            codes[unknown] = UNKNOWN
     elif missing:
         codes[missing] = 0
     outcome = FilterOutcome()
     unresolvable: dict[int, str] = {}
     failed_extra: dict[int, str] = {}
     required = rsv.required_reservation(info.record) is not None
-    if required or t.has_resv[ix].any():
-        check = range(n) if required else np.flatnonzero(t.has_resv[ix]).tolist()
+    if required or t.has_resv.take(ix).any():
+        check = range(n) if required else np.flatnonzero(t.has_resv.take(ix)).tolist()
         for i in check:
             if codes[i] != 0:
                 continue
@@ -109,62 +132,72 @@ def filter_nodes(
             verdict = _judge_reservations(state, info, names[i], now)
             if not verdict.fits:
                 (unresolvable if required and not verdict.matched else failed_extra)[i] = verdict.reason
-    reason_of = _reason_table(info)
     counts: Counter = Counter()
     bad = np.flatnonzero(codes)
-    if len(bad):
-        bad_codes = codes[bad]
-        outcome.failed = dict(zip(pick(names, bad.tolist()), map(reason_of.__getitem__, bad_codes.tolist())))
-        for code in np.flatnonzero(per_code := np.bincount(bad_codes)).tolist():
-            counts[reason_of[code]] += int(per_code[code])
+    bad_codes = codes.take(bad)
+    reason_of = _reason_table(info) if len(bad) else {}
+    for code, n in enumerate(np.bincount(bad_codes).tolist()):
+        if n:
+            counts[reason_of[code]] += n
     for i, reason in failed_extra.items():
-        outcome.failed[names[i]] = reason
+        outcome.extra_failed[names[i]] = reason
         counts[reason] += 1
     for i, reason in unresolvable.items():
         outcome.unresolvable[names[i]] = reason
         counts[reason] += 1
-    if not failed_extra and not unresolvable:
-        outcome.passed = np.flatnonzero(codes == 0).tolist()
-    else:
+    passed = np.flatnonzero(codes == 0)
+    if failed_extra or unresolvable:
         drop = set(failed_extra) | set(unresolvable)
-        outcome.passed = [i for i in np.flatnonzero(codes == 0).tolist() if i not in drop]
+        passed = np.array([i for i in passed.tolist() if i not in drop], dtype=np.intp)
+    outcome.coded = CodedFailures(names, bad, None if missing else ix.take(bad), bad_codes, reason_of)
+    outcome.positions = passed
+    outcome.passed = passed.tolist()
     return outcome, counts, ix, missing
 
 
 def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
     now = state.clock() if now is None else now
-    info = state.pod_info_json(args.pod, parse_pod)
-    names = args.candidate_names()
-    outcome, counts, ix, missing = filter_nodes(state, info, names, now)
-    passed_names = pick(names, outcome.passed)
-    # kube-scheduler's prioritize call for this pod carries exactly these names when this is
-    # the last filtering extender: their rows are kept so prioritize need not look them up.
-    state.last_passed = (passed_names, ix[outcome.passed] if passed_names and not missing else None)
+    info = _pod_info(state, args)
+    names, ix, missing = _candidates(state, args)
+    outcome, counts, ix, missing = filter_nodes(state, info, names, now, (ix, missing))
     if len(outcome.passed) == 1:
         # kube-scheduler skips prioritize when one node is left and binds it directly.
         state.assume(info, names[outcome.passed[0]])
-    return VerbResult(encode_filter_outcome(args, names, outcome, passed_names), counts)
+    if args.nodes is not None:
+        return VerbResult(encode_filter_outcome(args, names, outcome), counts, len(names))
+    t = state.table
+    if missing:
+        passed_names = pick(names, outcome.passed)
+    else:
+        passed_rows = ix.take(outcome.positions)
+        passed_names = t.name_array().take(passed_rows).tolist()
+    passed_raw = encode_names(passed_names)
+    if not missing:
+        # kube-scheduler's prioritize call for this pod carries exactly these names (when this
+        # is the last filtering extender): their rows are kept for it.
+        t.remember_rows(passed_raw, passed_names, passed_rows, [])
+    reply = encode_filter_names_reply(passed_raw, outcome, state.failed_nodes, t.names)
+    return VerbResult(reply, counts, len(names))
 
 
-def score_nodes(state: ClusterState, info: PodInfo, names: list[str], now: int):
+def score_nodes(
+    state: ClusterState, info: PodInfo, names: list[str], now: int, rows: tuple[np.ndarray, list[int]] | None = None
+):
     """(0-10 scores, 0-100 scores, rows, positions of unknown names), in the request's order."""
     t = state.table
     cfg = state.config
-    last = state.last_passed
-    if last is not None and last[1] is not None and names == last[0]:
-        ix, missing = last[1], []
-    else:
-        ix, missing = _rows(state, names)
+    ix, missing = _rows(state, names) if rows is None else rows
     raw, valid = la.scores(t, ix, info.estimate, info.is_prod, now, cfg.load)
     if missing:
         valid = valid.copy()
         valid[missing] = False
         raw[missing] = 0
     mapped = la.to_extender_scores(raw, valid, cfg.score_mapping, cfg.score_min_span)
-    if t.has_resv[ix].any():
+    resv = t.has_resv.take(ix)
+    if resv.any():
         steer = [
             i
-            for i in np.flatnonzero(t.has_resv[ix]).tolist()
+            for i in np.flatnonzero(resv).tolist()
             if (v := _judge_reservations(state, info, names[i], now)).fits and v.matched
         ]
         if steer:
@@ -177,18 +210,19 @@ def score_nodes(state: ClusterState, info: PodInfo, names: list[str], now: int):
 
 def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
     now = state.clock() if now is None else now
-    info = state.pod_info_json(args.pod, parse_pod)
-    names = args.candidate_names()
+    info = _pod_info(state, args)
+    names, ix, missing = _candidates(state, args)
     if not names:
-        return VerbResult(b"[]")
-    mapped, raw, ix, missing = score_nodes(state, info, names, now)
-    best = int(np.lexsort((-raw, -mapped))[0])  # highest mapped score, then highest raw score
+        return VerbResult(b"[]", candidates=0)
+    mapped, raw, ix, missing = score_nodes(state, info, names, now, (ix, missing))
+    # the highest mapped score, then the highest raw one (0-100), then the first such node
+    best = int(np.argmax(mapped * 128 + raw))
     state.assume(info, names[best])
     if missing:
-        return VerbResult(encode_host_priority_list(names, mapped.tolist()))
+        return VerbResult(encode_host_priority_list(names, mapped.tolist()), candidates=len(names))
     enc = state.host_priorities
     enc.ensure(state.table.names)
-    return VerbResult(enc.encode(ix, mapped))
+    return VerbResult(enc.encode(ix, mapped), candidates=len(names))
 
 
 # --------------------------------------------------------------------------- preempt
@@ -230,6 +264,7 @@ def _passes_without(state: ClusterState, info: PodInfo, node: str, victims: list
         la.write_load(tmp, 0, load)
     breq = sum_resources(p.batch for k, p in pods.items() if k not in gone)
     tmp.set(0, breq_cpu=breq.cpu_milli, breq_mem=breq.memory_bytes)
+    la.derive_row(tmp, 0, state.config.load)
     ix = np.zeros(1, dtype=np.intp)
     code = (
         0 if info.daemonset else int(la.filter_codes(tmp, ix, info.estimate, info.is_prod, now, state.config.load)[0])

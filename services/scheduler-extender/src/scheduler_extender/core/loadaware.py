@@ -11,6 +11,7 @@ That window keeps a node whose metrics do not show its new pods yet from being f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -230,18 +231,116 @@ def _pct(v) -> int:
     return max(0, min(100, int(v)))
 
 
-# --------------------------------------------------------------------------- request-time judgement
+# --------------------------------------------------------------------------- per-node limits
+
+NEVER = int(np.iinfo(np.int64).max)
+_NEVER_PAIR = (NEVER, NEVER)
 
 
-def _usage_percent(used: np.ndarray, alloc: np.ndarray) -> np.ndarray:
+def usage_percent(used: int, alloc: int) -> int:
     """round(used / allocatable x 100) as Koordinator computes it (float64, halves up)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.floor(used / np.where(alloc > 0, alloc, 1) * 100 + 0.5)
+    return math.floor(used / alloc * 100 + 0.5)
 
 
-def expired_mask(t: NodeTable, ix: np.ndarray, now_ms: int, args: LoadAwareArgs) -> np.ndarray:
-    """NodeMetric older than nodeMetricExpirationSeconds (now - update >= expiration)."""
-    return t.has_metric[ix] & (now_ms - t.update_ms[ix] >= args.node_metric_expiration_s * 1000)
+def first_over(alloc: int, threshold: int) -> int:
+    """The least usage whose percent of `alloc` exceeds `threshold` (both > 0).
+
+    The percent is monotone in the usage, so "usage + estimate >= first_over" is exactly
+    "usage_percent(usage + estimate) > threshold"; the float estimate is corrected by a step or
+    two so that rounding at the boundary agrees with the percent maths.
+    """
+    x = max(0, math.ceil((threshold + 0.5) * alloc / 100))
+    while x > 0 and usage_percent(x - 1, alloc) > threshold:
+        x -= 1
+    while usage_percent(x, alloc) <= threshold:
+        x += 1
+    return x
+
+
+def _headroom(used: int, alloc: int, threshold: int) -> int:
+    """The estimate at which a node fails one resource's threshold (NEVER when the check is off)."""
+    if threshold <= 0 or alloc <= 0:
+        return NEVER
+    return first_over(alloc, threshold) - used
+
+
+def derive_row(t: NodeTable, r: int, args: LoadAwareArgs) -> None:
+    """Recompute row `r`'s derived columns from its base columns (after any of them changed)."""
+
+    def v(col: str) -> int:
+        return int(getattr(t, col)[r])
+
+    alloc_cpu, alloc_mem = v("alloc_cpu"), v("alloc_mem")
+    has_agg, has_prod = bool(t.has_agg_thr[r]), bool(t.has_prod_thr[r])
+    if t.has_metric[r]:
+        plain = (_headroom(v("exist_cpu"), alloc_cpu, v("thr_cpu")), _headroom(v("exist_mem"), alloc_mem, v("thr_mem")))
+        agg = (_headroom(v("aggf_cpu"), alloc_cpu, v("athr_cpu")), _headroom(v("aggf_mem"), alloc_mem, v("athr_mem")))
+        prod = (_headroom(v("prod_cpu"), alloc_cpu, v("pthr_cpu")), _headroom(v("prod_mem"), alloc_mem, v("pthr_mem")))
+        # Which threshold set applies is per node: an annotation may turn prod or aggregated ones on.
+        lim = agg if has_agg else plain
+        plim = prod if has_prod else lim
+        expire_at = valid_until = v("update_ms") + args.node_metric_expiration_s * 1000
+    else:  # load awareness is skipped for a node without a NodeMetric, as in Koordinator
+        lim = plim = (NEVER, NEVER)
+        expire_at, valid_until = NEVER, -NEVER
+    if args.aggregated.score_enabled:
+        base = (v("aggs_cpu"), v("aggs_mem"))
+    else:
+        base = (v("exist_cpu"), v("exist_mem"))
+    prod_base = (v("prod_cpu"), v("prod_mem")) if args.score_according_prod_usage else base
+    t.set(
+        r,
+        lim_cpu=lim[0],
+        lim_mem=lim[1],
+        plim_cpu=plim[0],
+        plim_mem=plim[1],
+        expire_at=expire_at,
+        valid_until=valid_until,
+        agg_n=has_agg,
+        agg_p=has_agg and not has_prod,
+        sfree_cpu=alloc_cpu - base[0],
+        sfree_mem=alloc_mem - base[1],
+        psfree_cpu=alloc_cpu - prod_base[0],
+        psfree_mem=alloc_mem - prod_base[1],
+        salloc_cpu=alloc_cpu if alloc_cpu > 0 else 1,
+        salloc_mem=alloc_mem if alloc_mem > 0 else 1,
+        bfree_cpu=v("bal_cpu") - v("breq_cpu"),
+        bfree_mem=v("bal_mem") - v("breq_mem"),
+    )
+
+
+def shift_row(t: NodeTable, r: int, delta: Resources, prod_delta: Resources, batch: Resources, args: LoadAwareArgs) -> None:
+    """Add a pod the node's metric does not report, or take it away, without recomputing the row.
+
+    Such a pod's estimate joins every usage sum in full (what `node_load` over the pods with it
+    would give), its batch request joins the batch requested, and each derived column moves by
+    the same amount: the result equals `derive_row` after a full recompute. Placing pods on the
+    scheduling path then costs a few additions.
+    """
+    if t.has_metric[r]:  # without a metric the usage sums stay zero and load awareness is off
+        by_prod_thr = bool(t.has_prod_thr[r])
+        for res, d, p in (
+            ("cpu", delta.cpu_milli, prod_delta.cpu_milli),
+            ("mem", delta.memory_bytes, prod_delta.memory_bytes),
+        ):
+            for col in ("exist", "aggf", "aggs"):
+                getattr(t, f"{col}_{res}")[r] += d
+            getattr(t, f"prod_{res}")[r] += p
+            for col, by in (("lim", d), ("plim", p if by_prod_thr else d)):
+                arr = getattr(t, f"{col}_{res}")
+                if arr[r] != NEVER:
+                    arr[r] -= by
+            getattr(t, f"sfree_{res}")[r] -= d
+            getattr(t, f"psfree_{res}")[r] -= p if args.score_according_prod_usage else d
+    t.breq_cpu[r] += batch.cpu_milli
+    t.breq_mem[r] += batch.memory_bytes
+    t.bfree_cpu[r] -= batch.cpu_milli
+    t.bfree_mem[r] -= batch.memory_bytes
+
+
+# --------------------------------------------------------------------------- request-time judgement
+# Columns are gathered with `take`: for one-dimensional int columns it is several times cheaper
+# than fancy indexing, and a request is a handful of such gathers.
 
 
 def filter_codes(
@@ -251,48 +350,21 @@ def filter_codes(
 
     Nodes without a NodeMetric pass (load awareness is skipped, as in Koordinator).
     """
-    n = len(ix)
-    codes = np.zeros(n, dtype=np.int8)
-    has = t.has_metric[ix]
-    if not has.any():
-        return codes
-    alloc_cpu, alloc_mem = t.alloc_cpu[ix], t.alloc_mem[ix]
-    if args.filter_expired_node_metrics:
-        expired = expired_mask(t, ix, now_ms, args)
-        live = has & ~expired
+    if prod_pod:
+        lim_cpu, lim_mem, agg = t.plim_cpu, t.plim_mem, t.agg_p
     else:
-        expired = None
-        live = has
-    # Which threshold set applies is per node: a node annotation may turn prod thresholds on.
-    use_prod = t.has_prod_thr[ix] if prod_pod else None
-    if use_prod is not None and not use_prod.any():
-        use_prod = None
-    use_agg = t.has_agg_thr[ix]
-    if use_prod is not None:
-        use_agg = use_agg & ~use_prod
-    if not use_agg.any():
-        use_agg = None
-    if use_prod is None and use_agg is None:  # the common case: plain usageThresholds everywhere
-        used_cpu, used_mem = t.exist_cpu[ix] + est.cpu_milli, t.exist_mem[ix] + est.memory_bytes
-        thr_cpu, thr_mem = t.thr_cpu[ix], t.thr_mem[ix]
-    else:
-        prod = use_prod if use_prod is not None else np.zeros(n, dtype=bool)
-        agg = use_agg if use_agg is not None else np.zeros(n, dtype=bool)
-        used_cpu = np.where(prod, t.prod_cpu[ix], np.where(agg, t.aggf_cpu[ix], t.exist_cpu[ix])) + est.cpu_milli
-        used_mem = np.where(prod, t.prod_mem[ix], np.where(agg, t.aggf_mem[ix], t.exist_mem[ix])) + est.memory_bytes
-        thr_cpu = np.where(prod, t.pthr_cpu[ix], np.where(agg, t.athr_cpu[ix], t.thr_cpu[ix]))
-        thr_mem = np.where(prod, t.pthr_mem[ix], np.where(agg, t.athr_mem[ix], t.thr_mem[ix]))
-    over_cpu = live & (thr_cpu > 0) & (alloc_cpu > 0) & (_usage_percent(used_cpu, alloc_cpu) > thr_cpu)
-    over_mem = live & (thr_mem > 0) & (alloc_mem > 0) & (_usage_percent(used_mem, alloc_mem) > thr_mem)
+        lim_cpu, lim_mem, agg = t.lim_cpu, t.lim_mem, t.agg_n
+    over_cpu = lim_cpu.take(ix) <= est.cpu_milli
+    over_mem = lim_mem.take(ix) <= est.memory_bytes
     # Koordinator checks resources in sorted order (cpu, then memory) and reports the first.
-    if use_agg is None:
-        codes[over_mem] = MEM_OVER
-        codes[over_cpu] = CPU_OVER
-    else:
-        codes[over_mem] = np.where(use_agg[over_mem], MEM_AGG_OVER, MEM_OVER)
-        codes[over_cpu] = np.where(use_agg[over_cpu], CPU_AGG_OVER, CPU_OVER)
-    if expired is not None and not args.enable_schedule_when_node_metrics_expired:
-        codes[expired] = EXPIRED
+    codes = np.where(over_cpu, np.int8(CPU_OVER), over_mem.view(np.int8) * np.int8(MEM_OVER))
+    a = agg.take(ix)
+    if a.any():
+        codes += ((codes > 0) & a) * np.int8(CPU_AGG_OVER - CPU_OVER)  # aggregated = plain + 2
+    if args.filter_expired_node_metrics:
+        expired = t.expire_at.take(ix) <= now_ms
+        if expired.any():
+            codes[expired] = PASS if args.enable_schedule_when_node_metrics_expired else EXPIRED
     return codes
 
 
@@ -301,34 +373,37 @@ def scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(score 0-100, valid) per candidate: least-used over resourceWeights.
 
-    `sum(w x (capacity - used) x 100 / capacity) / sum(w)` in integers; a node without a
-    metric, or whose metric expired, is not valid and scores 0.
+    `sum(w x (capacity - used) x 100 / capacity) / sum(w)` in integers, each resource's part
+    0 when used exceeds capacity; a node without a metric, or whose metric expired, is not
+    valid and scores 0.
     """
-    n = len(ix)
-    valid = t.has_metric[ix] & ~expired_mask(t, ix, now_ms, args)
+    valid = t.valid_until.take(ix) > now_ms
     wc, wm, dw = args.cpu_weight, args.memory_weight, args.dominant_resource_weight
     if wc + wm + dw == 0 or not valid.any():
-        return np.zeros(n, dtype=np.int64), valid
-    if prod_pod and args.score_according_prod_usage:
-        base_cpu, base_mem = t.prod_cpu[ix], t.prod_mem[ix]
-    elif args.aggregated.score_enabled:
-        base_cpu, base_mem = t.aggs_cpu[ix], t.aggs_mem[ix]
-    else:
-        base_cpu, base_mem = t.exist_cpu[ix], t.exist_mem[ix]
-    s_cpu = _least_used(base_cpu + est.cpu_milli, t.alloc_cpu[ix])
-    s_mem = _least_used(base_mem + est.memory_bytes, t.alloc_mem[ix])
-    total = s_cpu * wc + s_mem * wm
-    if dw:
-        total = total + np.minimum(s_cpu, s_mem) * dw
-    out = total // (wc + wm + dw)
-    out[~valid] = 0
-    return out, valid
+        return np.zeros(len(ix), dtype=np.int64), valid
+    free_cpu, free_mem = (t.psfree_cpu, t.psfree_mem) if prod_pod else (t.sfree_cpu, t.sfree_mem)
+    s_cpu = _least_used(free_cpu.take(ix), est.cpu_milli, t.salloc_cpu.take(ix))
+    s_mem = _least_used(free_mem.take(ix), est.memory_bytes, t.salloc_mem.take(ix))
+    dominant = np.minimum(s_cpu, s_mem) * dw if dw else None
+    if wc != 1:
+        s_cpu *= wc
+    if wm != 1:
+        s_mem *= wm
+    total = s_cpu + s_mem
+    if dominant is not None:
+        total += dominant
+    total //= wc + wm + dw
+    total[~valid] = 0
+    return total, valid
 
 
-def _least_used(used: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    ok = (cap > 0) & (used <= cap)
-    safe = np.where(cap > 0, cap, 1)
-    return np.where(ok, (cap - used) * 100 // safe, 0)
+def _least_used(free: np.ndarray, est: int, alloc: np.ndarray) -> np.ndarray:
+    """(allocatable - used) x 100 / allocatable, 0 when used exceeds it; `free` is reused."""
+    free -= est
+    free *= 100
+    free //= alloc
+    np.maximum(free, 0, out=free)
+    return free
 
 
 # --------------------------------------------------------------------------- 0-100 -> 0-10

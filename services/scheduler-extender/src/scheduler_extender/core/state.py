@@ -22,9 +22,18 @@ from koordcommon.schemas import NodeMetric, NodeResource
 from . import reservation as rsv
 from .batchfit import batch_request
 from .estimator import EstimatorArgs, WorkloadProfile, estimate_pod, estimate_pod_with_profile, workload_key
-from .loadaware import ANNOTATION_USAGE_THRESHOLDS, AssignedPod, LoadAwareArgs, node_load, node_thresholds, write_load
+from .loadaware import (
+    ANNOTATION_USAGE_THRESHOLDS,
+    AssignedPod,
+    LoadAwareArgs,
+    derive_row,
+    node_load,
+    node_thresholds,
+    shift_row,
+    write_load,
+)
 from .table import NodeTable
-from .wire import HostPriorityEncoder
+from .wire import FailedNodesEncoder, HostPriorityEncoder
 
 ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 
@@ -87,6 +96,7 @@ class ClusterState:
         self.clock = clock
         self.table = NodeTable()
         self.host_priorities = HostPriorityEncoder()
+        self.failed_nodes = FailedNodesEncoder()
         self.metrics: dict[str, NodeMetric] = {}
         self.node_resources: dict[str, NodeResource] = {}
         self.nodes: dict[str, NodeRecord] = {}
@@ -100,7 +110,8 @@ class ClusterState:
         self.profiles: dict[tuple[str, str, str], WorkloadProfile] = {}
         self._pod_cache: dict[tuple[str, str], PodInfo] = {}
         self._deferred: set[str] | None = None
-        self.last_passed: tuple[list[str], Any] | None = None
+        self._raw_pods: dict[bytes, PodInfo] = {}  # by the Pod's JSON as kube-scheduler sent it
+        self._reported: dict[str, tuple[NodeMetric, frozenset[str]]] = {}  # pod keys each metric reports
 
     # ------------------------------------------------------------------ pods as judged
 
@@ -118,6 +129,16 @@ class ClusterState:
                 if hit is not None:
                     return hit
         return self.pod_info(parse(obj))
+
+    def pod_info_raw(self, raw: bytes, obj: Callable[[], dict[str, Any]], parse) -> PodInfo:
+        """PodInfo of a Pod by its JSON bytes: prioritize repeats the filter's pod byte for byte."""
+        hit = self._raw_pods.get(raw)
+        if hit is None:
+            hit = self.pod_info_json(obj(), parse)
+            if len(self._raw_pods) >= 256:
+                self._raw_pods.clear()
+            self._raw_pods[raw] = hit
+        return hit
 
     def pod_info(self, pod: PodRecord) -> PodInfo:
         """The estimate and classes of `pod` (memoised per uid and resourceVersion)."""
@@ -251,19 +272,18 @@ class ClusterState:
         """Count `pod` on `node` now, until the watch shows its binding or the TTL passes.
 
         A reservation's placeholder pod is never bound: the Reservation that names its node
-        holds the room, so assuming it too would count the room twice.
+        holds the room, so assuming it too would count the room twice. Expired assumptions are
+        dropped by `prune`, which the service runs periodically.
         """
         if self.config.assume_ttl_s <= 0 or pod.key in self.pod_node or pod.daemonset:
             return
         if pod.record.annotations.get(rsv.ANNOTATION_RESERVE_POD) == "true":
             return
         now = self.clock()
-        self.prune(now)
         prev = self.assumed.get(pod.key)
         if prev is not None and prev.node != node:
-            self._drop(pod.key, prev.node)
-        self.assumed[pod.key] = _Assumed(node, now + int(self.config.assume_ttl_s * 1000))
-        self.assigned.setdefault(node, {})[pod.key] = AssignedPod(
+            self._move_assumed(pod.key, prev.node, None)
+        ap = AssignedPod(
             key=pod.key,
             estimate=pod.estimate,
             assigned_ms=now,
@@ -272,7 +292,42 @@ class ClusterState:
             batch=pod.batch,
             assumed=True,
         )
-        self.refresh(node)
+        self.assumed[pod.key] = _Assumed(node, now + int(self.config.assume_ttl_s * 1000))
+        self._move_assumed(pod.key, node, ap)
+
+    def _move_assumed(self, key: str, node: str, ap: AssignedPod | None) -> None:
+        """Add (`ap`) or drop (None) an assumed pod on `node`, adjusting its row in place.
+
+        Scheduling answers place and move assumed pods on the hot path. A pod the node's metric
+        does not report adds exactly its estimate to every usage sum (and its batch request),
+        so the row is shifted by that instead of recomputed from all the node's pods; anything
+        else takes the full refresh.
+        """
+        pods = self.assigned.setdefault(node, {})
+        old = pods.pop(key, None)
+        if ap is not None:
+            pods[key] = ap
+        if (old is not None and not old.assumed) or self._deferred is not None or node not in self.table.index:
+            self.refresh(node)
+            return
+        metric = self.metrics.get(node)
+        if metric is not None and key in self._reported_keys(node, metric):
+            self.refresh(node)
+            return
+        delta = prod = batch = ZERO
+        if old is not None:
+            delta, batch = delta - old.estimate, batch - old.batch
+            prod = prod - old.estimate if old.is_prod else prod
+        if ap is not None:
+            delta, batch = delta + ap.estimate, batch + ap.batch
+            prod = prod + ap.estimate if ap.is_prod else prod
+        shift_row(self.table, self.table.index[node], delta, prod, batch, self.config.load)
+
+    def _reported_keys(self, node: str, metric: NodeMetric) -> frozenset[str]:
+        cached = self._reported.get(node)
+        if cached is None or cached[0] is not metric:
+            cached = self._reported[node] = (metric, frozenset(f"{pm.namespace}/{pm.name}" for pm in metric.pods))
+        return cached[1]
 
     def prune(self, now_ms: int | None = None) -> None:
         """Forget assumed placements the watch never confirmed; refresh reservation flags."""
@@ -341,6 +396,7 @@ class ClusterState:
         else:
             self.profiles[key] = profile
         self._pod_cache.clear()
+        self._raw_pods.clear()
 
     # ------------------------------------------------------------------ the table
 
@@ -427,6 +483,7 @@ class ClusterState:
             breq_mem=breq.memory_bytes,
             has_resv=has_resv,
         )
+        derive_row(t, r, self.config.load)
 
     def node_reservations(self, node: str) -> list[rsv.Reservation]:
         return [self.reservations[n] for n in self.resv_by_node.get(node, ()) if n in self.reservations]

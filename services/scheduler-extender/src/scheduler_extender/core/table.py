@@ -35,16 +35,40 @@ INT_COLUMNS = (
 )
 BOOL_COLUMNS = ("known", "has_metric", "has_prod_thr", "has_agg_thr", "has_resv")
 
+# Derived from the columns above whenever a row changes (loadaware.derive_row), so that a request
+# compares each candidate against one precomputed number instead of redoing the percent maths.
+DERIVED_INT_COLUMNS = (
+    "lim_cpu",
+    "lim_mem",  # filter, non-prod pods: the estimate at which the node fails its threshold set
+    "plim_cpu",
+    "plim_mem",  # filter, prod pods
+    "sfree_cpu",
+    "sfree_mem",  # score, non-prod pods: allocatable - the usage scores are computed over
+    "psfree_cpu",
+    "psfree_mem",  # score, prod pods
+    "salloc_cpu",
+    "salloc_mem",  # allocatable, 1 where it is 0 (a divisor)
+    "bfree_cpu",
+    "bfree_mem",  # batch allocatable - batch requested
+    "expire_at",  # filter: the metric counts as expired from this time (never without a metric)
+    "valid_until",  # score: the metric counts until this time (never valid without a metric)
+)
+DERIVED_BOOL_COLUMNS = ("agg_n", "agg_p")  # the filter's threshold set is the aggregated one (non-prod, prod)
+ALL_COLUMNS = INT_COLUMNS + BOOL_COLUMNS + DERIVED_INT_COLUMNS + DERIVED_BOOL_COLUMNS
+
 
 class NodeTable:
     def __init__(self, capacity: int = 256) -> None:
         self.capacity = capacity
         self.names: list[str] = []
+        self._name_array = np.empty(0, dtype=object)
         self.index: dict[str, int] = {}
         self._compacted = 0
-        for col in INT_COLUMNS:
+        # (JSON bytes of a node list, table size then, names, rows, unknown positions), newest last
+        self._recent: list[tuple[bytes, int, list, np.ndarray, list[int]]] = []
+        for col in INT_COLUMNS + DERIVED_INT_COLUMNS:
             setattr(self, col, np.zeros(capacity, dtype=np.int64))
-        for col in BOOL_COLUMNS:
+        for col in BOOL_COLUMNS + DERIVED_BOOL_COLUMNS:
             setattr(self, col, np.zeros(capacity, dtype=bool))
 
     def compact_index(self) -> None:
@@ -57,6 +81,14 @@ class NodeTable:
             return
         self.index = {name.encode().decode(): r for name, r in self.index.items()}
         self._compacted = len(self.names)
+
+    def name_array(self) -> np.ndarray:
+        """The names by row as a numpy object array (gathering names by rows without a loop)."""
+        if len(self._name_array) != len(self.names):
+            arr = np.empty(len(self.names), dtype=object)
+            arr[:] = self.names
+            self._name_array = arr
+        return self._name_array
 
     def __len__(self) -> int:
         return len(self.names)
@@ -74,7 +106,7 @@ class NodeTable:
         return r
 
     def _grow(self, capacity: int) -> None:
-        for col in INT_COLUMNS + BOOL_COLUMNS:
+        for col in ALL_COLUMNS:
             old = getattr(self, col)
             new = np.zeros(capacity, dtype=old.dtype)
             new[: self.capacity] = old
@@ -107,3 +139,24 @@ class NodeTable:
             for i in missing:
                 found[i] = 0
         return np.fromiter(found, dtype=np.intp, count=len(found)), missing
+
+    RECENT_LISTS = 8
+
+    def cached_rows(self, raw: bytes) -> tuple[list, np.ndarray, list[int]] | None:
+        """Names, rows and unknown positions of a node list seen lately, by its JSON bytes.
+
+        kube-scheduler sends prioritize exactly the names the filter passed, and while the
+        cluster is steady each pod's filter gets the same candidates as the last one's. Rows
+        never move, so a hit stays right until a name that was unknown gets a row.
+        """
+        for entry in reversed(self._recent):
+            if entry[0] == raw:
+                if entry[4] and entry[1] != len(self.names):
+                    return None
+                return entry[2], entry[3], entry[4]
+        return None
+
+    def remember_rows(self, raw: bytes, names: list, ix: np.ndarray, missing: list[int]) -> None:
+        ix.flags.writeable = False  # shared by every request that hits it
+        self._recent = [e for e in self._recent if e[0] != raw][-(self.RECENT_LISTS - 1) :]
+        self._recent.append((raw, len(self.names), names, ix, missing))

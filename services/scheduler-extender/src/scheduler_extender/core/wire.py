@@ -11,10 +11,13 @@ re-emitted verbatim, so a reply echoes the scheduler's own node objects byte for
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+import msgspec
+import numpy as np
 import orjson
 
 MIN_EXTENDER_PRIORITY = 0
@@ -93,13 +96,43 @@ def node_name_of(node: Any) -> str:
 # --------------------------------------------------------------------------- requests
 
 
-@dataclass(slots=True)
 class ExtenderArgs:
-    """`{"Pod", "Nodes", "NodeNames"}`: Nodes is sent when nodeCacheCapable is false, NodeNames when true."""
+    """`{"Pod", "Nodes", "NodeNames"}`: Nodes is sent when nodeCacheCapable is false, NodeNames when true.
 
-    pod: dict[str, Any]
-    nodes: dict[str, Any] | None = None  # a NodeList: {"metadata": {...}, "items": [Node, ...]}
-    node_names: list[str] | None = None
+    From kube-scheduler's exact encoding the Pod and NodeNames are kept as the JSON they arrived
+    as (`pod_raw`, `names_raw`) and decoded only when asked for: the same pod and the same node
+    list come again and again (filter then prioritize; the next pod of a burst), and the state
+    recognises them by their bytes.
+    """
+
+    __slots__ = ("_node_names", "_pod", "names_raw", "nodes", "pod_raw")
+
+    def __init__(
+        self,
+        pod: dict[str, Any] | None = None,
+        nodes: dict[str, Any] | None = None,  # a NodeList: {"metadata": {...}, "items": [Node, ...]}
+        node_names: list[str] | None = None,
+        *,
+        pod_raw: bytes | None = None,
+        names_raw: bytes | None = None,
+    ) -> None:
+        self._pod = pod
+        self.nodes = nodes
+        self._node_names = node_names
+        self.pod_raw = pod_raw
+        self.names_raw = names_raw
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        if self._pod is None and self.pod_raw is not None:
+            self._pod = _object(_loads(self.pod_raw), "Pod")
+        return self._pod if self._pod is not None else {}
+
+    @property
+    def node_names(self) -> list[str] | None:
+        if self._node_names is None and self.names_raw is not None:
+            self._node_names = _name_list(_loads(self.names_raw), "NodeNames")
+        return self._node_names
 
     @property
     def node_items(self) -> list[dict[str, Any]] | None:
@@ -107,30 +140,67 @@ class ExtenderArgs:
 
     def candidate_names(self) -> list[str]:
         """The node names to judge, in the scheduler's order (NodeNames wins when both are sent)."""
-        if self.node_names is not None:
-            return self.node_names
+        names = self.node_names
+        if names is not None:
+            return names
         if self.nodes is not None:
             return [node_name_of(n) for n in self.nodes["items"]]
         return []
 
 
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """The request exactly as kube-scheduler encodes it, members left undecoded."""
+
+    Pod: msgspec.Raw = msgspec.Raw()
+    Nodes: msgspec.Raw = msgspec.Raw()
+    NodeNames: msgspec.Raw = msgspec.Raw()
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+
+
+def _raw(value: msgspec.Raw) -> bytes | None:
+    out = bytes(value)
+    return None if not out or out == b"null" else out
+
+
+def _decode_nodes(nodes: Any) -> dict[str, Any]:
+    nodes = _object(nodes, "Nodes")
+    items = nodes.get("items")
+    if items is None:
+        items = field_of(nodes, "items")
+    if items is None:
+        items = []
+    if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
+        raise WireError("Nodes.items must be an array of Node objects")
+    if not all(node_name_of(n) for n in items):
+        raise WireError("every node in Nodes.items must have metadata.name")
+    if nodes.get("items") is not items:
+        nodes = {**nodes, "items": items}
+    return nodes
+
+
 def decode_extender_args(body: bytes | str) -> ExtenderArgs:
+    try:
+        env = _ENVELOPE.decode(body)
+    except (msgspec.DecodeError, TypeError):
+        env = None  # not exactly kube-scheduler's form: the general decoder says what is wrong
+    if env is not None:
+        pod_raw, nodes_raw, names_raw = _raw(env.Pod), _raw(env.Nodes), _raw(env.NodeNames)
+        # The shape checks the general decoder makes, on the first byte of each member.
+        if (
+            pod_raw is not None
+            and pod_raw[:1] == b"{"
+            and (nodes_raw is not None or names_raw is not None)
+            and (names_raw is None or names_raw[:1] == b"[")
+        ):
+            nodes = None if nodes_raw is None else _decode_nodes(_loads(nodes_raw))
+            return ExtenderArgs(None, nodes, pod_raw=pod_raw, names_raw=names_raw)
     obj = _object(_loads(body), "request body")
     pod = _pod(obj)
     nodes = field_of(obj, "Nodes")
     if nodes is not None:
-        nodes = _object(nodes, "Nodes")
-        items = nodes.get("items")
-        if items is None:
-            items = field_of(nodes, "items")
-        if items is None:
-            items = []
-        if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
-            raise WireError("Nodes.items must be an array of Node objects")
-        if not all(node_name_of(n) for n in items):
-            raise WireError("every node in Nodes.items must have metadata.name")
-        if nodes.get("items") is not items:
-            nodes = {**nodes, "items": items}
+        nodes = _decode_nodes(nodes)
     names = _name_list(field_of(obj, "NodeNames"), "NodeNames")
     if nodes is None and names is None:
         raise WireError("neither Nodes nor NodeNames is set: nothing to filter or score")
@@ -294,7 +364,8 @@ def _go_json(value: Any) -> bytes:
     characters can only occur inside JSON strings, so a byte replacement is exact.
     """
     out = orjson.dumps(value)
-    if b"<" in out or b">" in out or b"&" in out or b"\xe2\x80" in out:
+    # single-byte probes: they are memchr scans, where a two-byte needle is a far slower search
+    if b"<" in out or b">" in out or b"&" in out or b"\xe2" in out:
         for raw, esc in _GO_ESCAPES:
             out = out.replace(raw, esc)
     return out
@@ -318,6 +389,43 @@ def encode_filter_result(
     )
 
 
+def encode_names(names: list[str]) -> bytes:
+    return _go_json(names)
+
+
+def encode_filter_names_reply(
+    names_json: bytes, outcome: FilterOutcome, failed_encoder: FailedNodesEncoder, table_names: list[str]
+) -> bytes:
+    """The reply to a NodeNames (nodeCacheCapable) request, with the passed names pre-encoded.
+
+    The same JSON as encode_filter_result(None, names, ...); FailedNodes members come grouped
+    by reason (a JSON object's member order carries no meaning, and Go decodes it into a map).
+    """
+    c = outcome.coded
+    if c is None or c.rows is None:
+        failed = _go_json(outcome.failed or None)
+    elif not len(c.at) and not outcome.extra_failed:
+        failed = b"null"
+    else:
+        members: list[bytes] = []
+        for code in np.flatnonzero(np.bincount(c.codes)).tolist():
+            members += failed_encoder.members(table_names, c.rows[c.codes == code], c.reasons[code])
+        if outcome.extra_failed:
+            members.append(_go_json(outcome.extra_failed)[1:-1])
+        failed = b"{" + b",".join(members) + b"}"
+    return b"".join(
+        (
+            b'{"Nodes":null,"NodeNames":',
+            names_json,
+            b',"FailedNodes":',
+            failed,
+            b',"FailedAndUnresolvableNodes":',
+            _go_json(outcome.unresolvable or None),
+            b',"Error":""}',
+        )
+    )
+
+
 def encode_host_priority(host: str, score: int) -> bytes:
     return _go_json({"Host": host, "Score": score})
 
@@ -327,41 +435,77 @@ def encode_host_priority_list(hosts: list[str], scores: list[int]) -> bytes:
     return _go_json([{"Host": h, "Score": s} for h, s in zip(hosts, scores)])
 
 
-class HostPriorityEncoder:
-    """HostPriorityList bytes from pre-encoded entries, one per (node, score 0-10).
+class RowEntries:
+    """Pre-encoded JSON pieces, one per table row and variant, filled as rows appear.
 
-    Building thousands of `{"Host", "Score"}` dicts per call costs more than decoding the
-    request; each node's eleven possible entries are encoded once, when the node first appears.
+    A reply for thousands of nodes is then a gather of ready bytes and one join, instead of
+    building and encoding thousands of dicts. Rows are append-only, so an entry never goes stale.
     """
+
+    __slots__ = ("_entries", "_filled", "_make", "variants")
+
+    def __init__(self, make: Callable[[str, int], bytes], variants: int = 1) -> None:
+        self._make = make  # (node name, variant) -> bytes
+        self.variants = variants
+        self._entries = np.empty((0, variants), dtype=object)
+        self._filled = 0
+
+    def ensure(self, names: list[str]) -> None:
+        n = len(names)
+        if n <= self._filled:
+            return
+        if n > len(self._entries):
+            grown = np.empty((max(n, 2 * len(self._entries)), self.variants), dtype=object)
+            grown[: self._filled] = self._entries[: self._filled]
+            self._entries = grown
+        make = self._make
+        for r in range(self._filled, n):
+            self._entries[r] = [make(names[r], v) for v in range(self.variants)]
+        self._filled = n
+
+    def pick(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> list[bytes]:
+        """The entries of `rows` (after `ensure` covered them), each in its variant."""
+        flat = np.asarray(rows, dtype=np.intp) * self.variants + np.asarray(variants, dtype=np.intp)
+        return self._entries.reshape(-1).take(flat).tolist()
+
+
+class HostPriorityEncoder:
+    """HostPriorityList bytes from pre-encoded entries, one per (node, score 0-10)."""
 
     LEVELS = MAX_EXTENDER_PRIORITY + 1
 
     def __init__(self) -> None:
-        self._entries: list[bytes] = []
+        self._rows = RowEntries(lambda name, s: b'{"Host":%s,"Score":%d}' % (_go_json(name), s), self.LEVELS)
 
     def ensure(self, names: list[str]) -> None:
         """Encode entries for the rows of `names` not encoded yet (rows are append-only)."""
-        done = len(self._entries) // self.LEVELS
-        for name in names[done:]:
-            host = _go_json(name)
-            self._entries.extend(b'{"Host":%s,"Score":%d}' % (host, s) for s in range(self.LEVELS))
+        self._rows.ensure(names)
 
-    def encode(self, rows, scores) -> bytes:
-        """Entries for `rows` (table rows) with `scores` (0-10), in that order.
-
-        Both may be numpy integer arrays (the index arithmetic is then vectorised) or lists.
-        """
+    def encode(self, rows: np.ndarray, scores: np.ndarray) -> bytes:
+        """Entries for `rows` (table rows) with `scores` (0-10), in that order."""
         if len(rows) == 0:
             return b"[]"
-        levels = self.LEVELS
-        if hasattr(rows, "dtype"):
-            flat = (rows * levels + scores).tolist()
-        else:
-            flat = [r * levels + s for r, s in zip(rows, scores)]
-        picked = itemgetter(*flat)(self._entries)
-        if len(flat) == 1:
-            return b"[" + picked + b"]"
-        return b"[" + b",".join(picked) + b"]"
+        return b"[" + b",".join(self._rows.pick(rows, scores)) + b"]"
+
+
+class FailedNodesEncoder:
+    """FailedNodes members `"<node>":"<reason>"`, pre-encoded per (row, reason) for the fixed
+    reasons of the load-aware and batch checks (reservation verdicts are encoded as they come)."""
+
+    MAX_REASONS = 32
+
+    def __init__(self) -> None:
+        self._by_reason: dict[str, RowEntries] = {}
+
+    def members(self, names: list[str], rows: np.ndarray, reason: str) -> list[bytes]:
+        col = self._by_reason.get(reason)
+        if col is None:
+            if len(self._by_reason) >= self.MAX_REASONS:
+                self._by_reason.clear()
+            tail = b":" + _go_json(reason)
+            col = self._by_reason[reason] = RowEntries(lambda name, _v: _go_json(name) + tail)
+        col.ensure(names)
+        return col.pick(rows)
 
 
 def _meta_victims_json(meta: dict[str, MetaVictims] | None) -> dict[str, Any] | None:
@@ -407,12 +551,48 @@ def encode_binding_args(args: ExtenderBindingArgs) -> bytes:
 
 
 @dataclass(slots=True)
+class CodedFailures:
+    """Failed candidates as the vectorised checks leave them: positions, table rows, codes."""
+
+    names: list[str]  # the candidate names
+    at: np.ndarray  # positions in the candidate list
+    rows: np.ndarray | None  # their table rows (None when some candidate had no row)
+    codes: np.ndarray
+    reasons: dict[int, str]  # code -> reason
+
+
 class FilterOutcome:
     """What a filter decided, before it is written in the request's form."""
 
-    passed: list[int] = field(default_factory=list)  # indices into the candidate list
-    failed: dict[str, str] = field(default_factory=dict)
-    unresolvable: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("_failed", "coded", "passed", "positions", "unresolvable")
+
+    def __init__(
+        self,
+        passed: list[int] | None = None,
+        failed: dict[str, str] | None = None,
+        unresolvable: dict[str, str] | None = None,
+        positions: np.ndarray | None = None,
+        coded: CodedFailures | None = None,
+    ) -> None:
+        self.passed = passed if passed is not None else []  # indices into the candidate list
+        self.positions = positions  # the same as a numpy array, when the filter produced one
+        self._failed = failed if failed is not None else {}  # failures judged one by one
+        self.unresolvable = unresolvable if unresolvable is not None else {}
+        self.coded = coded
+
+    @property
+    def extra_failed(self) -> dict[str, str]:
+        return self._failed
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Every failed node -> reason."""
+        c = self.coded
+        if c is None or not len(c.at):
+            return self._failed
+        out = dict(zip(pick(c.names, c.at.tolist()), map(c.reasons.__getitem__, c.codes.tolist())))
+        out.update(self._failed)
+        return out
 
 
 def pick(seq: list, positions: list[int]) -> list:
