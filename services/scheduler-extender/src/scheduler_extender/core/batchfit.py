@@ -43,10 +43,7 @@ def batch_free(allocatable: Resources | None, requested: Resources) -> Resources
 
 def batch_codes(t: NodeTable, ix: np.ndarray, request: Resources) -> np.ndarray:
     """0 when the pod fits every candidate's batch room, else BATCH_CPU_SHORT / BATCH_MEM_SHORT."""
-    codes = np.zeros(len(ix), dtype=np.int8)
-    # cpu is reported before memory: it is written last
-    if request.memory_bytes > 0:
-        codes[t.bfree_mem.take(ix) < request.memory_bytes] = BATCH_MEM_SHORT
-    if request.cpu_milli > 0:
-        codes[t.bfree_cpu.take(ix) < request.cpu_milli] = BATCH_CPU_SHORT
-    return codes
+    short = t.pair("bfree_cpu").take(ix, axis=1) < ((request.cpu_milli,), (request.memory_bytes,))
+    # only what the pod asks for is checked; cpu is reported before memory
+    short &= ((request.cpu_milli > 0,), (request.memory_bytes > 0,))
+    return np.where(short[0], np.int8(BATCH_CPU_SHORT), short[1].view(np.int8) * np.int8(BATCH_MEM_SHORT))

@@ -20,7 +20,7 @@ from . import reservation as rsv
 from .batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes, batch_names
 from .loadaware import node_load
 from .state import ClusterState, PodInfo
-from .table import BOOL_COLUMNS, INT_COLUMNS, NodeTable
+from .table import NodeTable
 from .wire import (
     MAX_EXTENDER_PRIORITY,
     CodedFailures,
@@ -57,12 +57,14 @@ def parse_pod(pod: dict) -> PodRecord:
 
 
 def _reason_table(info: PodInfo) -> dict[int, str]:
-    reasons = {UNKNOWN: REASON_UNKNOWN, **la.REASONS}
-    if not info.batch.is_zero():
-        cpu_name, mem_name = batch_names(info.record)
-        reasons[BATCH_BASE + BATCH_CPU_SHORT] = f"node(s) Insufficient {cpu_name}"
-        reasons[BATCH_BASE + BATCH_MEM_SHORT] = f"node(s) Insufficient {mem_name}"
-    return reasons
+    if info.reasons is None:
+        reasons = {UNKNOWN: REASON_UNKNOWN, **la.REASONS}
+        if not info.batch.is_zero():
+            cpu_name, mem_name = batch_names(info.record)
+            reasons[BATCH_BASE + BATCH_CPU_SHORT] = f"node(s) Insufficient {cpu_name}"
+            reasons[BATCH_BASE + BATCH_MEM_SHORT] = f"node(s) Insufficient {mem_name}"
+        info.reasons = reasons
+    return info.reasons
 
 
 def _judge_reservations(state: ClusterState, info: PodInfo, node: str, now: int) -> rsv.ReservationVerdict:
@@ -120,9 +122,10 @@ def filter_nodes(
     outcome = FilterOutcome()
     unresolvable: dict[int, str] = {}
     failed_extra: dict[int, str] = {}
-    required = rsv.required_reservation(info.record) is not None
-    if required or t.has_resv.take(ix).any():
-        check = range(n) if required else np.flatnonzero(t.has_resv.take(ix)).tolist()
+    required = info.reservation_affinity
+    # has_resv is only ever set on nodes some Reservation names
+    if required or (state.resv_by_node and t.has_resv.take(ix).any()):
+        check = range(n) if required else t.has_resv.take(ix).nonzero()[0].tolist()
         for i in check:
             if codes[i] != 0:
                 continue
@@ -133,25 +136,25 @@ def filter_nodes(
             if not verdict.fits:
                 (unresolvable if required and not verdict.matched else failed_extra)[i] = verdict.reason
     counts: Counter = Counter()
-    bad = np.flatnonzero(codes)
+    bad = codes.nonzero()[0]
     bad_codes = codes.take(bad)
-    reason_of = _reason_table(info) if len(bad) else {}
-    for code, n in enumerate(np.bincount(bad_codes).tolist()):
-        if n:
-            counts[reason_of[code]] += n
+    reason_of = _reason_table(info)
+    if len(bad):
+        for code, k in enumerate(np.bincount(bad_codes).tolist()):
+            if k:
+                counts[reason_of[code]] += k
     for i, reason in failed_extra.items():
         outcome.extra_failed[names[i]] = reason
         counts[reason] += 1
     for i, reason in unresolvable.items():
         outcome.unresolvable[names[i]] = reason
         counts[reason] += 1
-    passed = np.flatnonzero(codes == 0)
+    passed = (codes == 0).nonzero()[0]
     if failed_extra or unresolvable:
         drop = set(failed_extra) | set(unresolvable)
         passed = np.array([i for i in passed.tolist() if i not in drop], dtype=np.intp)
     outcome.coded = CodedFailures(names, bad, None if missing else ix.take(bad), bad_codes, reason_of)
     outcome.positions = passed
-    outcome.passed = passed.tolist()
     return outcome, counts, ix, missing
 
 
@@ -160,9 +163,9 @@ def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = No
     info = _pod_info(state, args)
     names, ix, missing = _candidates(state, args)
     outcome, counts, ix, missing = filter_nodes(state, info, names, now, (ix, missing))
-    if len(outcome.passed) == 1:
+    if len(outcome.positions) == 1:
         # kube-scheduler skips prioritize when one node is left and binds it directly.
-        state.assume(info, names[outcome.passed[0]])
+        state.assume(info, names[int(outcome.positions[0])])
     if args.nodes is not None:
         return VerbResult(encode_filter_outcome(args, names, outcome), counts, len(names))
     t = state.table
@@ -193,11 +196,10 @@ def score_nodes(
         valid[missing] = False
         raw[missing] = 0
     mapped = la.to_extender_scores(raw, valid, cfg.score_mapping, cfg.score_min_span)
-    resv = t.has_resv.take(ix)
-    if resv.any():
+    if state.resv_by_node and (resv := t.has_resv.take(ix)).any():
         steer = [
             i
-            for i in np.flatnonzero(resv).tolist()
+            for i in resv.nonzero()[0].tolist()
             if (v := _judge_reservations(state, info, names[i], now)).fits and v.matched
         ]
         if steer:
@@ -248,8 +250,7 @@ def _passes_without(state: ClusterState, info: PodInfo, node: str, victims: list
         return REASON_UNKNOWN if state.config.fail_unknown_nodes else None
     tmp = NodeTable(capacity=1)
     tmp.row(node)
-    for col in INT_COLUMNS + BOOL_COLUMNS:
-        getattr(tmp, col)[0] = getattr(t, col)[r]
+    tmp.copy_row(t, r, 0)
     pods = state.assigned.get(node, {})
     gone = set(victims)
     metric = state.metrics.get(node)

@@ -11,6 +11,7 @@ That window keeps a node whose metrics do not show its new pods yet from being f
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ import numpy as np
 from koordcommon.resources import ZERO, Resources
 from koordcommon.schemas import NodeMetric
 
-from .table import NodeTable
+from .table import BOOL_INDEX, INT_INDEX, NodeTable
 
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
 
@@ -266,13 +267,14 @@ def _headroom(used: int, alloc: int, threshold: int) -> int:
 
 def derive_row(t: NodeTable, r: int, args: LoadAwareArgs) -> None:
     """Recompute row `r`'s derived columns from its base columns (after any of them changed)."""
+    ints, bools = t.row_values(r)
 
     def v(col: str) -> int:
-        return int(getattr(t, col)[r])
+        return ints[INT_INDEX[col]]
 
     alloc_cpu, alloc_mem = v("alloc_cpu"), v("alloc_mem")
-    has_agg, has_prod = bool(t.has_agg_thr[r]), bool(t.has_prod_thr[r])
-    if t.has_metric[r]:
+    has_agg, has_prod = bools[BOOL_INDEX["has_agg_thr"]], bools[BOOL_INDEX["has_prod_thr"]]
+    if bools[BOOL_INDEX["has_metric"]]:
         plain = (_headroom(v("exist_cpu"), alloc_cpu, v("thr_cpu")), _headroom(v("exist_mem"), alloc_mem, v("thr_mem")))
         agg = (_headroom(v("aggf_cpu"), alloc_cpu, v("athr_cpu")), _headroom(v("aggf_mem"), alloc_mem, v("athr_mem")))
         prod = (_headroom(v("prod_cpu"), alloc_cpu, v("pthr_cpu")), _headroom(v("prod_mem"), alloc_mem, v("pthr_mem")))
@@ -288,25 +290,39 @@ def derive_row(t: NodeTable, r: int, args: LoadAwareArgs) -> None:
     else:
         base = (v("exist_cpu"), v("exist_mem"))
     prod_base = (v("prod_cpu"), v("prod_mem")) if args.score_according_prod_usage else base
-    t.set(
+    # in DERIVED_INT_COLUMNS and DERIVED_BOOL_COLUMNS order
+    t.set_derived(
         r,
-        lim_cpu=lim[0],
-        lim_mem=lim[1],
-        plim_cpu=plim[0],
-        plim_mem=plim[1],
-        expire_at=expire_at,
-        valid_until=valid_until,
-        agg_n=has_agg,
-        agg_p=has_agg and not has_prod,
-        sfree_cpu=alloc_cpu - base[0],
-        sfree_mem=alloc_mem - base[1],
-        psfree_cpu=alloc_cpu - prod_base[0],
-        psfree_mem=alloc_mem - prod_base[1],
-        salloc_cpu=alloc_cpu if alloc_cpu > 0 else 1,
-        salloc_mem=alloc_mem if alloc_mem > 0 else 1,
-        bfree_cpu=v("bal_cpu") - v("breq_cpu"),
-        bfree_mem=v("bal_mem") - v("breq_mem"),
+        [
+            lim[0],
+            lim[1],
+            plim[0],
+            plim[1],
+            alloc_cpu - base[0],
+            alloc_mem - base[1],
+            alloc_cpu - prod_base[0],
+            alloc_mem - prod_base[1],
+            alloc_cpu if alloc_cpu > 0 else 1,
+            alloc_mem if alloc_mem > 0 else 1,
+            v("bal_cpu") - v("breq_cpu"),
+            v("bal_mem") - v("breq_mem"),
+            expire_at,
+            valid_until,
+        ],
+        [has_agg, has_agg and not has_prod],
     )
+
+
+def _cols(*names: str) -> list[int]:
+    return [INT_INDEX[n] for n in names]
+
+
+# The columns a pod's estimate moves, per resource: the usage sums up, the headroom down.
+_SUMS = _cols("exist_cpu", "aggf_cpu", "aggs_cpu", "exist_mem", "aggf_mem", "aggs_mem")
+_PROD = _cols("prod_cpu", "prod_mem")
+_LIM, _PLIM = _cols("lim_cpu", "lim_mem"), _cols("plim_cpu", "plim_mem")
+_SFREE, _PSFREE = _cols("sfree_cpu", "sfree_mem"), _cols("psfree_cpu", "psfree_mem")
+_BATCH = _cols("breq_cpu", "breq_mem", "bfree_cpu", "bfree_mem")
 
 
 def shift_row(t: NodeTable, r: int, delta: Resources, prod_delta: Resources, batch: Resources, args: LoadAwareArgs) -> None:
@@ -315,27 +331,32 @@ def shift_row(t: NodeTable, r: int, delta: Resources, prod_delta: Resources, bat
     Such a pod's estimate joins every usage sum in full (what `node_load` over the pods with it
     would give), its batch request joins the batch requested, and each derived column moves by
     the same amount: the result equals `derive_row` after a full recompute. Placing pods on the
-    scheduling path then costs a few additions.
+    scheduling path then costs one read and one write of the row.
     """
-    if t.has_metric[r]:  # without a metric the usage sums stay zero and load awareness is off
-        by_prod_thr = bool(t.has_prod_thr[r])
-        for res, d, p in (
-            ("cpu", delta.cpu_milli, prod_delta.cpu_milli),
-            ("mem", delta.memory_bytes, prod_delta.memory_bytes),
-        ):
-            for col in ("exist", "aggf", "aggs"):
-                getattr(t, f"{col}_{res}")[r] += d
-            getattr(t, f"prod_{res}")[r] += p
-            for col, by in (("lim", d), ("plim", p if by_prod_thr else d)):
-                arr = getattr(t, f"{col}_{res}")
-                if arr[r] != NEVER:
-                    arr[r] -= by
-            getattr(t, f"sfree_{res}")[r] -= d
-            getattr(t, f"psfree_{res}")[r] -= p if args.score_according_prod_usage else d
-    t.breq_cpu[r] += batch.cpu_milli
-    t.breq_mem[r] += batch.memory_bytes
-    t.bfree_cpu[r] -= batch.cpu_milli
-    t.bfree_mem[r] -= batch.memory_bytes
+    bc, bm = batch.cpu_milli, batch.memory_bytes
+    ints, bools = t.row_values(r)
+    deltas = [0] * len(ints)
+    for k, x in zip(_BATCH, (bc, bm, -bc, -bm)):
+        deltas[k] = x
+    if bools[BOOL_INDEX["has_metric"]]:  # without a metric the usage sums stay zero, load awareness off
+        d = (delta.cpu_milli, delta.memory_bytes)
+        p = (prod_delta.cpu_milli, prod_delta.memory_bytes)
+        by_prod_thr = bools[BOOL_INDEX["has_prod_thr"]]
+        moves = [
+            (_SUMS, (d[0], d[0], d[0], d[1], d[1], d[1])),
+            (_PROD, p),
+            (_SFREE, (-d[0], -d[1])),
+            (_PSFREE, (-p[0], -p[1]) if args.score_according_prod_usage else (-d[0], -d[1])),
+            (_LIM, (-d[0], -d[1])),
+            (_PLIM, (-p[0], -p[1]) if by_prod_thr else (-d[0], -d[1])),
+        ]
+        for cols, values in moves:
+            for k, x in zip(cols, values):
+                deltas[k] = x
+        for k in _LIM + _PLIM:
+            if ints[k] == NEVER:  # a check that is off stays off
+                deltas[k] = 0
+    t.add(r, deltas)
 
 
 # --------------------------------------------------------------------------- request-time judgement
@@ -350,14 +371,10 @@ def filter_codes(
 
     Nodes without a NodeMetric pass (load awareness is skipped, as in Koordinator).
     """
-    if prod_pod:
-        lim_cpu, lim_mem, agg = t.plim_cpu, t.plim_mem, t.agg_p
-    else:
-        lim_cpu, lim_mem, agg = t.lim_cpu, t.lim_mem, t.agg_n
-    over_cpu = lim_cpu.take(ix) <= est.cpu_milli
-    over_mem = lim_mem.take(ix) <= est.memory_bytes
+    lim, agg = (t.pair("plim_cpu"), t.agg_p) if prod_pod else (t.pair("lim_cpu"), t.agg_n)
+    over = lim.take(ix, axis=1) <= ((est.cpu_milli,), (est.memory_bytes,))
     # Koordinator checks resources in sorted order (cpu, then memory) and reports the first.
-    codes = np.where(over_cpu, np.int8(CPU_OVER), over_mem.view(np.int8) * np.int8(MEM_OVER))
+    codes = np.where(over[0], np.int8(CPU_OVER), over[1].view(np.int8) * np.int8(MEM_OVER))
     a = agg.take(ix)
     if a.any():
         codes += ((codes > 0) & a) * np.int8(CPU_AGG_OVER - CPU_OVER)  # aggregated = plain + 2
@@ -379,31 +396,22 @@ def scores(
     """
     valid = t.valid_until.take(ix) > now_ms
     wc, wm, dw = args.cpu_weight, args.memory_weight, args.dominant_resource_weight
-    if wc + wm + dw == 0 or not valid.any():
+    all_valid = bool(valid.all())
+    if wc + wm + dw == 0 or not (all_valid or valid.any()):
         return np.zeros(len(ix), dtype=np.int64), valid
-    free_cpu, free_mem = (t.psfree_cpu, t.psfree_mem) if prod_pod else (t.sfree_cpu, t.sfree_mem)
-    s_cpu = _least_used(free_cpu.take(ix), est.cpu_milli, t.salloc_cpu.take(ix))
-    s_mem = _least_used(free_mem.take(ix), est.memory_bytes, t.salloc_mem.take(ix))
-    dominant = np.minimum(s_cpu, s_mem) * dw if dw else None
-    if wc != 1:
-        s_cpu *= wc
-    if wm != 1:
-        s_mem *= wm
-    total = s_cpu + s_mem
-    if dominant is not None:
-        total += dominant
+    # per resource: (allocatable - used) x 100 / allocatable, 0 when used exceeds it
+    part = (t.pair("psfree_cpu") if prod_pod else t.pair("sfree_cpu")).take(ix, axis=1)
+    part -= ((est.cpu_milli,), (est.memory_bytes,))
+    part *= 100
+    part //= t.pair("salloc_cpu").take(ix, axis=1)
+    np.maximum(part, 0, out=part)
+    total = np.array((wc, wm), dtype=np.int64) @ part
+    if dw:
+        total += part.min(axis=0) * dw
     total //= wc + wm + dw
-    total[~valid] = 0
+    if not all_valid:
+        total[~valid] = 0
     return total, valid
-
-
-def _least_used(free: np.ndarray, est: int, alloc: np.ndarray) -> np.ndarray:
-    """(allocatable - used) x 100 / allocatable, 0 when used exceeds it; `free` is reused."""
-    free -= est
-    free *= 100
-    free //= alloc
-    np.maximum(free, 0, out=free)
-    return free
 
 
 # --------------------------------------------------------------------------- 0-100 -> 0-10
@@ -422,15 +430,31 @@ def to_extender_scores(score: np.ndarray, valid: np.ndarray, mapping: str = "ran
     so tiny differences are not blown up to the whole range. Invalid nodes (no or expired
     metric) get 0.
     """
-    out = np.zeros(len(score), dtype=np.int64)
-    if not valid.any():
-        return out
+    all_valid = bool(valid.all())
+    if not all_valid and not valid.any():
+        return np.zeros(len(score), dtype=np.int64)
     if mapping == "absolute":
-        out[valid] = (score[valid] * 10 + 50) // 100
-        return out
-    v = score[valid]
-    hi, lo = int(v.max()), int(v.min())
-    span = max(hi - lo, min_span, 1)
-    down = ((hi - v) * 20 + span) // (2 * span)  # round((hi - s) x 10 / span), halves up
-    out[valid] = np.maximum(10 - down, 0)
+        lut = _ABSOLUTE
+    else:
+        v = score if all_valid else score[valid]
+        hi = int(v.max())
+        lut = _range_lut(hi, max(hi - int(v.min()), min_span, 1))
+    # scores are whole points 0-100: the mapping is a table lookup per candidate
+    out = lut.take(score, mode="clip")
+    if not all_valid:
+        out[~valid] = 0
     return out
+
+
+_POINTS = np.arange(101, dtype=np.int64)
+_ABSOLUTE = (_POINTS * 10 + 50) // 100
+_ABSOLUTE.flags.writeable = False
+
+
+@functools.lru_cache(maxsize=1024)
+def _range_lut(hi: int, span: int) -> np.ndarray:
+    """10 at `hi`, one level less per span / 10 points below it: round((hi - s) x 10 / span), halves up."""
+    down = ((hi - _POINTS) * 20 + span) // (2 * span)
+    lut = np.clip(10 - down, 0, 10)
+    lut.flags.writeable = False  # shared by every request with the same hi and span
+    return lut

@@ -78,6 +78,8 @@ class PodInfo:
     request: Resources  # native cpu/memory
     batch: Resources
     daemonset: bool
+    reservation_affinity: bool = False  # the pod may only run on a matching reservation
+    reasons: dict[int, str] | None = None  # filter code -> reason, filled on first use
 
     @property
     def key(self) -> str:
@@ -154,6 +156,7 @@ class ClusterState:
             request=pod.request_resources(),
             batch=batch_request(pod.requests()),
             daemonset=pod.is_daemonset,
+            reservation_affinity=rsv.required_reservation(pod) is not None,
         )
         if pod.uid and pod.resource_version:
             if len(self._pod_cache) > 4096:

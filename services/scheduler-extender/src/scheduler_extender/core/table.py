@@ -55,6 +55,12 @@ DERIVED_INT_COLUMNS = (
 )
 DERIVED_BOOL_COLUMNS = ("agg_n", "agg_p")  # the filter's threshold set is the aggregated one (non-prod, prod)
 ALL_COLUMNS = INT_COLUMNS + BOOL_COLUMNS + DERIVED_INT_COLUMNS + DERIVED_BOOL_COLUMNS
+# Each kind is one two-dimensional array (column x row): a column is a contiguous view for the
+# gathers of a request, and a row's many columns are read or written in one numpy call.
+_INTS = INT_COLUMNS + DERIVED_INT_COLUMNS
+_BOOLS = BOOL_COLUMNS + DERIVED_BOOL_COLUMNS
+INT_INDEX = {col: k for k, col in enumerate(_INTS)}
+BOOL_INDEX = {col: k for k, col in enumerate(_BOOLS)}
 
 
 class NodeTable:
@@ -66,10 +72,15 @@ class NodeTable:
         self._compacted = 0
         # (JSON bytes of a node list, table size then, names, rows, unknown positions), newest last
         self._recent: list[tuple[bytes, int, list, np.ndarray, list[int]]] = []
-        for col in INT_COLUMNS + DERIVED_INT_COLUMNS:
-            setattr(self, col, np.zeros(capacity, dtype=np.int64))
-        for col in BOOL_COLUMNS + DERIVED_BOOL_COLUMNS:
-            setattr(self, col, np.zeros(capacity, dtype=bool))
+        self._ints = np.zeros((len(_INTS), capacity), dtype=np.int64)
+        self._bools = np.zeros((len(_BOOLS), capacity), dtype=bool)
+        self._bind_columns()
+
+    def _bind_columns(self) -> None:
+        for k, col in enumerate(_INTS):
+            setattr(self, col, self._ints[k])
+        for k, col in enumerate(_BOOLS):
+            setattr(self, col, self._bools[k])
 
     def compact_index(self) -> None:
         """Rebuild the name index with freshly allocated keys, laid out together in memory.
@@ -106,16 +117,48 @@ class NodeTable:
         return r
 
     def _grow(self, capacity: int) -> None:
-        for col in ALL_COLUMNS:
-            old = getattr(self, col)
-            new = np.zeros(capacity, dtype=old.dtype)
-            new[: self.capacity] = old
-            setattr(self, col, new)
+        ints = np.zeros((len(_INTS), capacity), dtype=np.int64)
+        ints[:, : self.capacity] = self._ints
+        bools = np.zeros((len(_BOOLS), capacity), dtype=bool)
+        bools[:, : self.capacity] = self._bools
+        self._ints, self._bools = ints, bools
         self.capacity = capacity
+        self._bind_columns()
 
     def set(self, r: int, **values) -> None:
-        for col, v in values.items():
-            getattr(self, col)[r] = v
+        ints = [(INT_INDEX[c], v) for c, v in values.items() if c in INT_INDEX]
+        bools = [(BOOL_INDEX[c], v) for c, v in values.items() if c in BOOL_INDEX]
+        if len(ints) + len(bools) != len(values):
+            raise KeyError(f"unknown columns: {sorted(set(values) - set(INT_INDEX) - set(BOOL_INDEX))}")
+        if ints:
+            idx, vals = zip(*ints)
+            self._ints[list(idx), r] = vals
+        if bools:
+            idx, vals = zip(*bools)
+            self._bools[list(idx), r] = vals
+
+    def add(self, r: int, deltas: list[int]) -> None:
+        """Add `deltas` (one per int column, in INT_INDEX order) to row r."""
+        self._ints[:, r] += np.array(deltas, dtype=np.int64)
+
+    def pair(self, first: str) -> np.ndarray:
+        """The (cpu, memory) columns starting at `first` as one (2, capacity) view: a request
+        gathers both resources in one call."""
+        k = INT_INDEX[first]
+        return self._ints[k : k + 2]
+
+    def set_derived(self, r: int, ints: list[int], bools: list[bool]) -> None:
+        """Write row r's derived columns, in DERIVED_INT_COLUMNS and DERIVED_BOOL_COLUMNS order."""
+        self._ints[len(INT_COLUMNS) :, r] = ints
+        self._bools[len(BOOL_COLUMNS) :, r] = bools
+
+    def row_values(self, r: int) -> tuple[list[int], list[bool]]:
+        """Every int and bool column of row r, indexed by INT_INDEX and BOOL_INDEX."""
+        return self._ints[:, r].tolist(), self._bools[:, r].tolist()
+
+    def copy_row(self, src: NodeTable, r: int, to: int) -> None:
+        self._ints[:, to] = src._ints[:, r]
+        self._bools[:, to] = src._bools[:, r]
 
     def get(self, r: int, col: str):
         return getattr(self, col)[r].item()

@@ -3,8 +3,10 @@
 The extender types have no json tags, so their keys are the Go field names (PascalCase).
 kube-scheduler always sends PascalCase, but Go decodes object keys case-insensitively
 (exact match first, then case-folded) and ignores unknown keys: decoding here does the same.
-Encoding writes exactly what Go's `json.Marshal` writes: every field present, nil as `null`,
-no spaces, and Go's HTML-safe escaping of `<`, `>`, `&`, U+2028 and U+2029 inside strings.
+Encoding writes what Go's `json.Marshal` writes: every field present, nil as `null`, and Go's
+HTML-safe escaping of `<`, `>`, `&`, U+2028 and U+2029 inside strings. The long lists of the
+hot-path replies (HostPriorityList, FailedNodes) are gathered from pre-encoded fixed-width
+members, so insignificant whitespace follows their members; everything else has no spaces.
 Embedded Kubernetes objects (Pod, NodeList, Node) are kept as the dicts they arrived as and
 re-emitted verbatim, so a reply echoes the scheduler's own node objects byte for byte.
 """
@@ -403,24 +405,28 @@ def encode_filter_names_reply(
     """
     c = outcome.coded
     if c is None or c.rows is None:
-        failed = _go_json(outcome.failed or None)
+        failed = [_go_json(outcome.failed or None)]
     elif not len(c.at) and not outcome.extra_failed:
-        failed = b"null"
+        failed = [b"null"]
     else:
-        members: list[bytes] = []
-        for code in np.flatnonzero(np.bincount(c.codes)).tolist():
-            members += failed_encoder.members(table_names, c.rows[c.codes == code], c.reasons[code])
+        failed = [b"{"]
+        present = np.bincount(c.codes).nonzero()[0].tolist()
+        for code in present:
+            rows = c.rows if len(present) == 1 else c.rows[c.codes == code]
+            failed += (failed_encoder.members(table_names, rows, c.reasons[code]), b",")
         if outcome.extra_failed:
-            members.append(_go_json(outcome.extra_failed)[1:-1])
-        failed = b"{" + b",".join(members) + b"}"
+            failed.append(memoryview(_go_json(outcome.extra_failed))[1:-1])
+        elif len(failed) > 1:
+            failed.pop()  # the last comma
+        failed.append(b"}")
     return b"".join(
         (
             b'{"Nodes":null,"NodeNames":',
             names_json,
             b',"FailedNodes":',
-            failed,
+            *failed,
             b',"FailedAndUnresolvableNodes":',
-            _go_json(outcome.unresolvable or None),
+            _go_json(outcome.unresolvable) if outcome.unresolvable else b"null",
             b',"Error":""}',
         )
     )
@@ -436,37 +442,46 @@ def encode_host_priority_list(hosts: list[str], scores: list[int]) -> bytes:
 
 
 class RowEntries:
-    """Pre-encoded JSON pieces, one per table row and variant, filled as rows appear.
+    """Pre-encoded JSON members, one per table row and variant, gathered by numpy.
 
-    A reply for thousands of nodes is then a gather of ready bytes and one join, instead of
-    building and encoding thousands of dicts. Rows are append-only, so an entry never goes stale.
+    Each entry is `,<member>` padded with spaces to a common width and kept as one row of a
+    byte matrix, so a reply listing thousands of nodes is one gather and one copy: the members
+    joined by commas, each followed by some insignificant JSON whitespace. Rows are
+    append-only, so an entry never goes stale; a longer entry widens the matrix.
     """
 
-    __slots__ = ("_entries", "_filled", "_make", "variants")
+    __slots__ = ("_filled", "_make", "_matrix", "variants")
 
     def __init__(self, make: Callable[[str, int], bytes], variants: int = 1) -> None:
-        self._make = make  # (node name, variant) -> bytes
+        self._make = make  # (node name, variant) -> the member's JSON
         self.variants = variants
-        self._entries = np.empty((0, variants), dtype=object)
+        self._matrix = np.full((0, 16), ord(" "), dtype=np.uint8)
         self._filled = 0
 
     def ensure(self, names: list[str]) -> None:
         n = len(names)
         if n <= self._filled:
             return
-        if n > len(self._entries):
-            grown = np.empty((max(n, 2 * len(self._entries)), self.variants), dtype=object)
-            grown[: self._filled] = self._entries[: self._filled]
-            self._entries = grown
-        make = self._make
-        for r in range(self._filled, n):
-            self._entries[r] = [make(names[r], v) for v in range(self.variants)]
+        new = [b"," + self._make(names[r], v) for r in range(self._filled, n) for v in range(self.variants)]
+        width = max(self._matrix.shape[1], max(map(len, new)))
+        rows = max(n, 2 * (len(self._matrix) // self.variants)) * self.variants
+        if rows > len(self._matrix) or width > self._matrix.shape[1]:
+            grown = np.full((rows, width), ord(" "), dtype=np.uint8)
+            done = self._filled * self.variants
+            grown[:done, : self._matrix.shape[1]] = self._matrix[:done]
+            self._matrix = grown
+        start = self._filled * self.variants
+        for i, entry in enumerate(new):
+            self._matrix[start + i, : len(entry)] = np.frombuffer(entry, dtype=np.uint8)
         self._filled = n
 
-    def pick(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> list[bytes]:
-        """The entries of `rows` (after `ensure` covered them), each in its variant."""
+    def join(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> memoryview:
+        """The members of `rows` (after `ensure` covered them), each in its variant, comma-joined
+        (a view of fresh bytes: callers join it into the reply without another copy)."""
         flat = np.asarray(rows, dtype=np.intp) * self.variants + np.asarray(variants, dtype=np.intp)
-        return self._entries.reshape(-1).take(flat).tolist()
+        if not len(flat):
+            return memoryview(b"")
+        return memoryview(self._matrix.take(flat, axis=0).tobytes())[1:]
 
 
 class HostPriorityEncoder:
@@ -483,9 +498,7 @@ class HostPriorityEncoder:
 
     def encode(self, rows: np.ndarray, scores: np.ndarray) -> bytes:
         """Entries for `rows` (table rows) with `scores` (0-10), in that order."""
-        if len(rows) == 0:
-            return b"[]"
-        return b"[" + b",".join(self._rows.pick(rows, scores)) + b"]"
+        return b"".join((b"[", self._rows.join(rows, scores), b"]"))
 
 
 class FailedNodesEncoder:
@@ -497,7 +510,8 @@ class FailedNodesEncoder:
     def __init__(self) -> None:
         self._by_reason: dict[str, RowEntries] = {}
 
-    def members(self, names: list[str], rows: np.ndarray, reason: str) -> list[bytes]:
+    def members(self, names: list[str], rows: np.ndarray, reason: str) -> memoryview:
+        """The comma-joined members for `rows` (table rows of `names`) failed for `reason`."""
         col = self._by_reason.get(reason)
         if col is None:
             if len(self._by_reason) >= self.MAX_REASONS:
@@ -505,7 +519,7 @@ class FailedNodesEncoder:
             tail = b":" + _go_json(reason)
             col = self._by_reason[reason] = RowEntries(lambda name, _v: _go_json(name) + tail)
         col.ensure(names)
-        return col.pick(rows)
+        return col.join(rows)
 
 
 def _meta_victims_json(meta: dict[str, MetaVictims] | None) -> dict[str, Any] | None:
@@ -564,7 +578,7 @@ class CodedFailures:
 class FilterOutcome:
     """What a filter decided, before it is written in the request's form."""
 
-    __slots__ = ("_failed", "coded", "passed", "positions", "unresolvable")
+    __slots__ = ("_failed", "_passed", "coded", "positions", "unresolvable")
 
     def __init__(
         self,
@@ -574,11 +588,18 @@ class FilterOutcome:
         positions: np.ndarray | None = None,
         coded: CodedFailures | None = None,
     ) -> None:
-        self.passed = passed if passed is not None else []  # indices into the candidate list
-        self.positions = positions  # the same as a numpy array, when the filter produced one
+        self._passed = passed
+        self.positions = positions  # the passed indices as a numpy array, when the filter produced one
         self._failed = failed if failed is not None else {}  # failures judged one by one
         self.unresolvable = unresolvable if unresolvable is not None else {}
         self.coded = coded
+
+    @property
+    def passed(self) -> list[int]:
+        """Indices into the candidate list of the nodes that passed."""
+        if self._passed is None:
+            self._passed = [] if self.positions is None else self.positions.tolist()
+        return self._passed
 
     @property
     def extra_failed(self) -> dict[str, str]:
