@@ -86,15 +86,18 @@ def oracle_score(row: dict, est: Resources, prod_pod: bool, now: int, args: Load
     return (parts[0] * w[0] + parts[1] * w[1] + min(parts) * w[2]) // sum(w)
 
 
-def random_row(rng: random.Random, est: Resources, now: int) -> dict:
+def random_row(rng: random.Random, est: Resources, now: int, fresh: bool) -> dict:
+    """A row with usages on and around the threshold boundaries; `fresh`: every row has a live
+    metric and plain thresholds (the table-wide shortcuts apply)."""
     alloc = (rng.choice([0, 1000, 31500, 96000]), rng.choice([0, 8 * Gi, 126 * Gi]))
     row = {
         "alloc_cpu": alloc[0],
         "alloc_mem": alloc[1],
-        "has_metric": rng.random() < 0.9,
-        "update_ms": now - rng.choice([0, 10_000, 179_999, 180_000, 400_000]),
+        "known": True,
+        "has_metric": fresh or rng.random() < 0.9,
+        "update_ms": now - rng.choice([0, 10_000, 179_999] if fresh else [0, 10_000, 179_999, 180_000, 400_000]),
         "has_prod_thr": rng.random() < 0.3,
-        "has_agg_thr": rng.random() < 0.3,
+        "has_agg_thr": not fresh and rng.random() < 0.3,
     }
     for res, a, e in (("cpu", alloc[0], est.cpu_milli), ("mem", alloc[1], est.memory_bytes)):
         for col in ("thr", "pthr", "athr"):
@@ -119,20 +122,22 @@ ARGS = [
 ]
 
 
+@pytest.mark.parametrize("fresh", [False, True])
 @pytest.mark.parametrize("args", ARGS)
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_vectorised_filter_and_score_match_the_oracle(args, seed):
+def test_vectorised_filter_and_score_match_the_oracle(args, seed, fresh):
     rng = random.Random(seed)
     now = 1_700_000_000_000
     est = Resources(rng.choice([0, 850, 3400]), rng.choice([0, 256 * 1024**2, 6 * Gi]))
     t = NodeTable(capacity=4)
     rows = []
     for i in range(400):
-        row = random_row(rng, est, now)
+        row = random_row(rng, est, now, fresh)
         r = t.row(f"n{i}")
         t.set(r, **row)
         la.derive_row(t, r, args)
         rows.append(row)
+    assert (t.all_have_metrics() and t.earliest_expiry() > now and not t.any_aggregated()) == fresh
     ix = np.array(rng.sample(range(400), 300), dtype=np.intp)
     for prod_pod in (False, True):
         codes = la.filter_codes(t, ix, est, prod_pod, now, args)

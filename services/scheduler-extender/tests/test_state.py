@@ -174,3 +174,39 @@ def test_assumed_placements_shift_rows_exactly_as_a_full_refresh(config):
         assert getattr(st.table, col)[: len(st.table)].tolist() == shifted[col].tolist(), col
     # and the shifts did something: web's estimate sits on b, job's batch request on a
     assert exist_cpu(st, "b") == 3000 + 3400 + 1700 and st.table.get(st.table.index["a"], "breq_cpu") == 3000
+
+
+def test_removed_node_fails_as_unknown_until_it_comes_back():
+    from scheduler_extender.core.extender import REASON_UNKNOWN, filter_nodes
+
+    st = make_state()
+    for name in ("a", "b"):
+        st.apply_node(node(name))
+        st.apply_metric(metric(name, 1000, Gi))
+    info = st.pod_info(guaranteed("p", 1000, Gi))
+    outcome, *_ = filter_nodes(st, info, ["a", "b"], st.clock())
+    assert outcome.passed == [0, 1] and outcome.failed == {}
+    st.remove_node("a")
+    outcome, *_ = filter_nodes(st, info, ["a", "b"], st.clock())
+    assert outcome.passed == [1] and outcome.failed == {"a": REASON_UNKNOWN}
+    st.apply_node(node("a"))
+    outcome, *_ = filter_nodes(st, info, ["a", "b"], st.clock())
+    assert outcome.passed == [0, 1]
+
+
+def test_table_wide_facts_follow_the_rows():
+    """What holds for every row (known, metric, earliest expiry) tracks row updates exactly."""
+    st = make_state()
+    t = st.table
+    st.apply_node(node("a"))
+    assert t.all_known() and not t.all_have_metrics()
+    st.apply_metric(metric("a", 1000, Gi, ts=T0))
+    st.apply_metric(metric("b", 1000, Gi, ts=T0 + 100_000))  # b is known by its metric alone
+    assert t.all_known() and t.all_have_metrics()
+    assert t.earliest_expiry() == T0 + 180_000
+    st.apply_metric(metric("a", 1000, Gi, ts=T0 + 200_000))  # the earliest row moves on
+    assert t.earliest_expiry() == T0 + 280_000
+    st.remove_node("b")
+    assert not t.all_known() and not t.all_have_metrics()
+    assert t.earliest_expiry() == T0 + 380_000
+    assert (t.earliest_expiry(), t.all_known()) == (int(t.expire_at[:2].min()), bool(t.known[:2].all()))

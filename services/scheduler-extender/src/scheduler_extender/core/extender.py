@@ -111,12 +111,11 @@ def filter_nodes(
     if not info.batch.is_zero():
         b = batch_codes(t, ix, info.batch)
         codes = np.where((codes == 0) & (b > 0), b + BATCH_BASE, codes)
-    if cfg.fail_unknown_nodes:
+    if cfg.fail_unknown_nodes and (missing or not t.all_known()):
         unknown = ~t.known.take(ix)
         if missing:
             unknown[missing] = True
-        if unknown.any():
-            codes[unknown] = UNKNOWN
+        codes[unknown] = UNKNOWN
     elif missing:
         codes[missing] = 0
     outcome = FilterOutcome()

@@ -19,7 +19,7 @@ import numpy as np
 from koordcommon.resources import ZERO, Resources
 from koordcommon.schemas import NodeMetric
 
-from .table import BOOL_INDEX, INT_INDEX, NodeTable
+from .table import BOOL_INDEX, INT_INDEX, NEVER, NodeTable
 
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
 
@@ -234,7 +234,6 @@ def _pct(v) -> int:
 
 # --------------------------------------------------------------------------- per-node limits
 
-NEVER = int(np.iinfo(np.int64).max)
 _NEVER_PAIR = (NEVER, NEVER)
 
 
@@ -311,6 +310,14 @@ def derive_row(t: NodeTable, r: int, args: LoadAwareArgs) -> None:
         ],
         [has_agg, has_agg and not has_prod],
     )
+    t.move_kind[r] = (
+        bool(bools[BOOL_INDEX["has_metric"]]),
+        has_prod,
+        lim[0] == NEVER,
+        lim[1] == NEVER,
+        plim[0] == NEVER,
+        plim[1] == NEVER,
+    )
 
 
 def _cols(*names: str) -> list[int]:
@@ -330,33 +337,45 @@ def shift_row(t: NodeTable, r: int, delta: Resources, prod_delta: Resources, bat
 
     Such a pod's estimate joins every usage sum in full (what `node_load` over the pods with it
     would give), its batch request joins the batch requested, and each derived column moves by
-    the same amount: the result equals `derive_row` after a full recompute. Placing pods on the
-    scheduling path then costs one read and one write of the row.
+    the same amount: the result equals `derive_row` after a full recompute. Which columns move
+    with which amount depends only on a few facts of the row (`derive_row` records them), so a
+    move is one small matrix product added to the row.
     """
-    bc, bm = batch.cpu_milli, batch.memory_bytes
-    ints, bools = t.row_values(r)
-    deltas = [0] * len(ints)
-    for k, x in zip(_BATCH, (bc, bm, -bc, -bm)):
-        deltas[k] = x
-    if bools[BOOL_INDEX["has_metric"]]:  # without a metric the usage sums stay zero, load awareness off
-        d = (delta.cpu_milli, delta.memory_bytes)
-        p = (prod_delta.cpu_milli, prod_delta.memory_bytes)
-        by_prod_thr = bools[BOOL_INDEX["has_prod_thr"]]
-        moves = [
-            (_SUMS, (d[0], d[0], d[0], d[1], d[1], d[1])),
-            (_PROD, p),
-            (_SFREE, (-d[0], -d[1])),
-            (_PSFREE, (-p[0], -p[1]) if args.score_according_prod_usage else (-d[0], -d[1])),
-            (_LIM, (-d[0], -d[1])),
-            (_PLIM, (-p[0], -p[1]) if by_prod_thr else (-d[0], -d[1])),
-        ]
-        for cols, values in moves:
-            for k, x in zip(cols, values):
-                deltas[k] = x
-        for k in _LIM + _PLIM:
-            if ints[k] == NEVER:  # a check that is off stays off
-                deltas[k] = 0
-    t.add(r, deltas)
+    amounts = (
+        delta.cpu_milli,
+        delta.memory_bytes,
+        prod_delta.cpu_milli,
+        prod_delta.memory_bytes,
+        batch.cpu_milli,
+        batch.memory_bytes,
+    )
+    t.add(r, _move_matrix(t.move_kind[r], args.score_according_prod_usage) @ np.array(amounts, dtype=np.int64))
+
+
+@functools.lru_cache(maxsize=64)
+def _move_matrix(kind: tuple[bool, bool, bool, bool, bool, bool], score_prod: bool) -> np.ndarray:
+    """Column deltas per unit of (delta cpu, delta mem, prod cpu, prod mem, batch cpu, batch mem).
+
+    `kind` is (has metric, prod thresholds, lim cpu off, lim mem off, plim cpu off, plim mem off).
+    """
+    has_metric, by_prod_thr, *off = kind
+    m = np.zeros((len(INT_INDEX), 6), dtype=np.int64)
+    for k, unit in zip(_BATCH, ((4, 1), (5, 1), (4, -1), (5, -1))):
+        m[k, unit[0]] = unit[1]
+    if has_metric:  # without a metric the usage sums stay zero and load awareness is off
+        for res in (0, 1):  # cpu, memory
+            d, p = res, 2 + res
+            for k in _SUMS[3 * res : 3 * res + 3]:
+                m[k, d] = 1
+            m[_PROD[res], p] = 1
+            m[_SFREE[res], d] = -1
+            m[_PSFREE[res], p if score_prod else d] = -1
+            if not off[res]:  # a check that is off stays off
+                m[_LIM[res], d] = -1
+            if not off[2 + res]:
+                m[_PLIM[res], p if by_prod_thr else d] = -1
+    m.flags.writeable = False
+    return m
 
 
 # --------------------------------------------------------------------------- request-time judgement
@@ -375,10 +394,10 @@ def filter_codes(
     over = lim.take(ix, axis=1) <= ((est.cpu_milli,), (est.memory_bytes,))
     # Koordinator checks resources in sorted order (cpu, then memory) and reports the first.
     codes = np.where(over[0], np.int8(CPU_OVER), over[1].view(np.int8) * np.int8(MEM_OVER))
-    a = agg.take(ix)
-    if a.any():
-        codes += ((codes > 0) & a) * np.int8(CPU_AGG_OVER - CPU_OVER)  # aggregated = plain + 2
-    if args.filter_expired_node_metrics:
+    if t.any_aggregated():
+        codes += ((codes > 0) & agg.take(ix)) * np.int8(CPU_AGG_OVER - CPU_OVER)  # aggregated = plain + 2
+    # (the table-wide facts spare a request checks that no candidate can fail)
+    if args.filter_expired_node_metrics and t.earliest_expiry() <= now_ms:
         expired = t.expire_at.take(ix) <= now_ms
         if expired.any():
             codes[expired] = PASS if args.enable_schedule_when_node_metrics_expired else EXPIRED
@@ -394,9 +413,12 @@ def scores(
     0 when used exceeds capacity; a node without a metric, or whose metric expired, is not
     valid and scores 0.
     """
-    valid = t.valid_until.take(ix) > now_ms
+    if t.all_have_metrics() and t.earliest_expiry() > now_ms:
+        valid, all_valid = np.ones(len(ix), dtype=bool), True
+    else:
+        valid = t.valid_until.take(ix) > now_ms
+        all_valid = bool(valid.all())
     wc, wm, dw = args.cpu_weight, args.memory_weight, args.dominant_resource_weight
-    all_valid = bool(valid.all())
     if wc + wm + dw == 0 or not (all_valid or valid.any()):
         return np.zeros(len(ix), dtype=np.int64), valid
     # per resource: (allocatable - used) x 100 / allocatable, 0 when used exceeds it

@@ -61,6 +61,10 @@ _INTS = INT_COLUMNS + DERIVED_INT_COLUMNS
 _BOOLS = BOOL_COLUMNS + DERIVED_BOOL_COLUMNS
 INT_INDEX = {col: k for k, col in enumerate(_INTS)}
 BOOL_INDEX = {col: k for k, col in enumerate(_BOOLS)}
+NEVER = int(np.iinfo(np.int64).max)  # a limit that is never reached, a time that never comes
+_KNOWN, _HAS_METRIC = BOOL_INDEX["known"], BOOL_INDEX["has_metric"]
+_AGG = [BOOL_INDEX["agg_n"], BOOL_INDEX["agg_p"]]
+_EXPIRE_AT = INT_INDEX["expire_at"]
 
 
 class NodeTable:
@@ -75,6 +79,14 @@ class NodeTable:
         self._ints = np.zeros((len(_INTS), capacity), dtype=np.int64)
         self._bools = np.zeros((len(_BOOLS), capacity), dtype=bool)
         self._bind_columns()
+        # What holds for every row, kept up to date as rows change, so that a request can skip
+        # a check no candidate can fail: rows not known / without a metric / with aggregated
+        # thresholds, and the earliest metric expiry (None: to be recomputed).
+        self._n_unknown = 0
+        self._n_no_metric = 0
+        self._n_agg = 0
+        self._earliest_expiry: int | None = NEVER
+        self.move_kind: dict[int, tuple] = {}  # row -> what decides how an added pod moves it (loadaware)
 
     def _bind_columns(self) -> None:
         for k, col in enumerate(_INTS):
@@ -114,6 +126,8 @@ class NodeTable:
             self._grow(self.capacity * 2)
         self.names.append(name)
         self.index[name] = r
+        self._n_unknown += 1  # a new row is all zero: not known, no metric
+        self._n_no_metric += 1
         return r
 
     def _grow(self, capacity: int) -> None:
@@ -134,12 +148,33 @@ class NodeTable:
             idx, vals = zip(*ints)
             self._ints[list(idx), r] = vals
         if bools:
+            was_known, had_metric = bool(self._bools[_KNOWN, r]), bool(self._bools[_HAS_METRIC, r])
             idx, vals = zip(*bools)
             self._bools[list(idx), r] = vals
+            self._n_unknown += was_known - bool(self._bools[_KNOWN, r])
+            self._n_no_metric += had_metric - bool(self._bools[_HAS_METRIC, r])
 
-    def add(self, r: int, deltas: list[int]) -> None:
+    def all_known(self) -> bool:
+        """Every row holds a known node."""
+        return self._n_unknown == 0
+
+    def all_have_metrics(self) -> bool:
+        return self._n_no_metric == 0
+
+    def any_aggregated(self) -> bool:
+        """Some row judges by aggregated usage thresholds."""
+        return self._n_agg > 0
+
+    def earliest_expiry(self) -> int:
+        """The earliest expire_at of any row (NEVER when no row has a metric)."""
+        if self._earliest_expiry is None:
+            n = len(self.names)
+            self._earliest_expiry = int(self.expire_at[:n].min()) if n else NEVER
+        return self._earliest_expiry
+
+    def add(self, r: int, deltas: np.ndarray) -> None:
         """Add `deltas` (one per int column, in INT_INDEX order) to row r."""
-        self._ints[:, r] += np.array(deltas, dtype=np.int64)
+        self._ints[:, r] += deltas
 
     def pair(self, first: str) -> np.ndarray:
         """The (cpu, memory) columns starting at `first` as one (2, capacity) view: a request
@@ -149,8 +184,16 @@ class NodeTable:
 
     def set_derived(self, r: int, ints: list[int], bools: list[bool]) -> None:
         """Write row r's derived columns, in DERIVED_INT_COLUMNS and DERIVED_BOOL_COLUMNS order."""
+        old_expiry, old_agg = int(self._ints[_EXPIRE_AT, r]), bool(self._bools[_AGG, r].any())
         self._ints[len(INT_COLUMNS) :, r] = ints
         self._bools[len(BOOL_COLUMNS) :, r] = bools
+        self._n_agg += bool(self._bools[_AGG, r].any()) - old_agg
+        expiry, earliest = int(self._ints[_EXPIRE_AT, r]), self._earliest_expiry
+        if earliest is not None:
+            if expiry < earliest:
+                self._earliest_expiry = expiry
+            elif old_expiry == earliest and expiry != old_expiry:
+                self._earliest_expiry = None  # the earliest row moved on: recompute when asked
 
     def row_values(self, r: int) -> tuple[list[int], list[bool]]:
         """Every int and bool column of row r, indexed by INT_INDEX and BOOL_INDEX."""
@@ -159,6 +202,14 @@ class NodeTable:
     def copy_row(self, src: NodeTable, r: int, to: int) -> None:
         self._ints[:, to] = src._ints[:, r]
         self._bools[:, to] = src._bools[:, r]
+        self._recount()
+
+    def _recount(self) -> None:
+        n = len(self.names)
+        self._n_unknown = int((~self.known[:n]).sum())
+        self._n_no_metric = int((~self.has_metric[:n]).sum())
+        self._n_agg = int((self.agg_n[:n] | self.agg_p[:n]).sum())
+        self._earliest_expiry = None
 
     def get(self, r: int, col: str):
         return getattr(self, col)[r].item()
