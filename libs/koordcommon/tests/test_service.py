@@ -275,3 +275,15 @@ def test_tune_gc_raises_thresholds_and_freezes():
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_tune_malloc_applies_on_glibc():
+    import ctypes.util
+    import platform
+
+    from koordcommon.service import tune_malloc
+
+    glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc" and ctypes.util.find_library("c")
+    # the defaults again (mallopt keeps no state we could restore): 128 KiB mmap and trim threshold
+    assert tune_malloc(128 << 10, 128 << 10, 0) is bool(glibc)
+    assert tune_malloc() is bool(glibc)

@@ -18,6 +18,7 @@ them with an `e<x>` exponent so the value survives.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -318,11 +319,20 @@ def parse_resource_list(d: Mapping[str, str | int | float | None] | None) -> dic
         raise QuantityError(f"resource list must be an object, got {type(d).__name__}")
     for name, raw in d.items():
         try:
-            q = parse_json_quantity(raw)
+            out[str(name)] = _resource_int(raw, rn.is_milli_resource(name))
         except QuantityError as e:
             raise QuantityError(f"resource {name!r}: {e}") from None
-        out[str(name)] = q.milli_value() if rn.is_milli_resource(name) else q.value()
+        except TypeError:  # an unhashable value (a list, an object): not a quantity
+            raise QuantityError(f"resource {name!r}: quantity must be a string or a number") from None
     return out
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True must not hit the entry of 1
+def _resource_int(raw: str | float | None, milli: bool) -> int:
+    """One quantity of a resource list as an integer; the same few strings ("500m", "4Gi")
+    come back in every pod of a cluster, and exact parsing is costly."""
+    q = parse_json_quantity(raw)
+    return q.milli_value() if milli else q.value()
 
 
 def format_quantity(name: str, value: int) -> str:

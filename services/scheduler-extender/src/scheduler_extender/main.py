@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from koordcommon import subjects
-from koordcommon.service import Service, load_settings, tune_gc
+from koordcommon.service import Service, load_settings, tune_gc, tune_malloc
 from koordcommon.wiring import start_bus, start_cluster
 
 from . import api, feeds
@@ -68,6 +68,7 @@ async def _tune_gc_when_listed(status: feeds.FeedStatus) -> None:
 
 
 def main() -> None:
+    tune_malloc()  # replies of hundreds of kilobytes, back to back: keep the heap's pages
     settings = load_settings(Settings)
     svc, state = build(settings)
     svc.run(lambda s: run(s, state))

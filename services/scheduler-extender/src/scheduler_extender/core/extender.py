@@ -169,12 +169,11 @@ def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = No
         return VerbResult(encode_filter_outcome(args, names, outcome), counts, len(names))
     t = state.table
     if missing:
-        passed_names = pick(names, outcome.passed)
+        passed_raw = encode_names(pick(names, outcome.passed))
     else:
         passed_rows = ix.take(outcome.positions)
         passed_names = t.name_array().take(passed_rows).tolist()
-    passed_raw = encode_names(passed_names)
-    if not missing:
+        passed_raw = encode_names(passed_names)
         # kube-scheduler's prioritize call for this pod carries exactly these names (when this
         # is the last filtering extender): their rows are kept for it.
         t.remember_rows(passed_raw, passed_names, passed_rows, [])

@@ -102,7 +102,10 @@ class NodeTable:
         """
         if self._compacted == len(self.names):
             return
-        self.index = {name.encode().decode(): r for name, r in self.index.items()}
+        # the names by row share the new keys: gathering and encoding names reads them in order
+        self.names = [name.encode().decode() for name in self.names]
+        self.index = {name: r for r, name in enumerate(self.names)}
+        self._name_array = np.empty(0, dtype=object)
         self._compacted = len(self.names)
 
     def name_array(self) -> np.ndarray:

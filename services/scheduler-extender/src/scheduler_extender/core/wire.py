@@ -479,8 +479,6 @@ class RowEntries:
         """The members of `rows` (after `ensure` covered them), each in its variant, comma-joined
         (a view of fresh bytes: callers join it into the reply without another copy)."""
         flat = np.asarray(rows, dtype=np.intp) * self.variants + np.asarray(variants, dtype=np.intp)
-        if not len(flat):
-            return memoryview(b"")
         return memoryview(self._matrix.take(flat, axis=0).tobytes())[1:]
 
 
