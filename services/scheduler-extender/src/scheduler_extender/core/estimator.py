@@ -64,8 +64,13 @@ def _estimate_one(requests: ResourceList, limits: ResourceList, kind: str, cls: 
 
 
 def estimate_pod(pod: PodRecord, args: EstimatorArgs = EstimatorArgs()) -> Resources:
-    requests, limits = pod.requests(), pod.limits()
-    cls = pod.priority_class
+    return estimate_requests(pod.requests(), pod.limits(), pod.priority_class, args)
+
+
+def estimate_requests(
+    requests: ResourceList, limits: ResourceList, cls: PriorityClass, args: EstimatorArgs = EstimatorArgs()
+) -> Resources:
+    """EstimatePod on a pod's summed requests and limits and its priority class."""
     return Resources(
         _estimate_one(requests, limits, rn.CPU, cls, args.cpu_factor),
         _estimate_one(requests, limits, rn.MEMORY, cls, args.memory_factor),

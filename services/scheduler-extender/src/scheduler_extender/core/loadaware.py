@@ -414,7 +414,7 @@ def scores(
     valid and scores 0.
     """
     if t.all_have_metrics() and t.earliest_expiry() > now_ms:
-        valid, all_valid = np.ones(len(ix), dtype=bool), True
+        valid, all_valid = _all_true(len(ix)), True
     else:
         valid = t.valid_until.take(ix) > now_ms
         all_valid = bool(valid.all())
@@ -427,13 +427,27 @@ def scores(
     part *= 100
     part //= t.pair("salloc_cpu").take(ix, axis=1)
     np.maximum(part, 0, out=part)
-    total = np.array((wc, wm), dtype=np.int64) @ part
+    s_cpu, s_mem = part
+    total = (s_cpu if wc == 1 else s_cpu * wc) + (s_mem if wm == 1 else s_mem * wm)
     if dw:
-        total += part.min(axis=0) * dw
-    total //= wc + wm + dw
+        total += np.minimum(s_cpu, s_mem) * dw
+    if wc + wm + dw != 1:
+        total //= wc + wm + dw
     if not all_valid:
         total[~valid] = 0
     return total, valid
+
+
+_ALL_TRUE = np.ones(0, dtype=bool)
+
+
+def _all_true(n: int) -> np.ndarray:
+    """A read-only all-True mask of length n (a view of one shared array)."""
+    global _ALL_TRUE
+    if len(_ALL_TRUE) < n:
+        _ALL_TRUE = np.ones(max(n, 2 * len(_ALL_TRUE)), dtype=bool)
+        _ALL_TRUE.flags.writeable = False
+    return _ALL_TRUE[:n]
 
 
 # --------------------------------------------------------------------------- 0-100 -> 0-10

@@ -21,7 +21,14 @@ from koordcommon.schemas import NodeMetric, NodeResource
 
 from . import reservation as rsv
 from .batchfit import batch_request
-from .estimator import EstimatorArgs, WorkloadProfile, estimate_pod, estimate_pod_with_profile, workload_key
+from .estimator import (
+    EstimatorArgs,
+    WorkloadProfile,
+    estimate_pod,
+    estimate_pod_with_profile,
+    estimate_requests,
+    workload_key,
+)
 from .loadaware import (
     ANNOTATION_USAGE_THRESHOLDS,
     AssignedPod,
@@ -149,12 +156,13 @@ class ClusterState:
             hit = self._pod_cache.get(cache_key)
             if hit is not None:
                 return hit
+        requests, cls = pod.requests(), pod.priority_class  # each computed once: they are not cheap
         info = PodInfo(
             record=pod,
-            estimate=self.estimate(pod),
-            is_prod=pod.priority_class is PriorityClass.PROD,
-            request=pod.request_resources(),
-            batch=batch_request(pod.requests()),
+            estimate=self.estimate(pod, requests, cls),
+            is_prod=cls is PriorityClass.PROD,
+            request=Resources.from_list(requests),
+            batch=batch_request(requests),
             daemonset=pod.is_daemonset,
             reservation_affinity=rsv.required_reservation(pod) is not None,
         )
@@ -164,13 +172,16 @@ class ClusterState:
             self._pod_cache[cache_key] = info
         return info
 
-    def estimate(self, pod: PodRecord) -> Resources:
+    def estimate(self, pod: PodRecord, requests=None, cls: PriorityClass | None = None) -> Resources:
+        """The pod's estimated usage; `requests` and `cls` when the caller has them already."""
         if self.config.use_profiles and self.profiles:
             key = workload_key(pod)
             profile = self.profiles.get(key) if key else None
             if profile is not None:
                 return estimate_pod_with_profile(pod, profile, self.config.estimator)
-        return estimate_pod(pod, self.config.estimator)
+        if requests is None or cls is None:
+            return estimate_pod(pod, self.config.estimator)
+        return estimate_requests(requests, pod.limits(), cls, self.config.estimator)
 
     # ------------------------------------------------------------------ feeds
 
