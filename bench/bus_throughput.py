@@ -23,12 +23,11 @@ import time
 import uuid
 
 import nats
-
+from _payloads import node_sample
 from koordcommon import subjects
 from koordcommon.bus import Bus
 from koordcommon.schemas import NodeMetricSample, decode
 from koordcommon.testing.nats import NatsServer
-from _payloads import node_sample
 
 GiB = 1 << 30
 

@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 import sqlalchemy as sa
+from _payloads import NODES, node_sample
 from koordcommon import subjects
 from koordcommon.bus import Bus
 from koordcommon.schemas import NodeMetricSample, decode
@@ -37,7 +38,6 @@ from koordcommon.testing.nats import NatsServer
 from koordcommon.testing.net import free_port, wait_http_ready
 from metrics_collector.core.rows import build_rows
 from metrics_collector.store import ROW_TABLES, Store
-from _payloads import NODES, node_sample
 
 GiB = 1 << 30
 GOAL = 0.5

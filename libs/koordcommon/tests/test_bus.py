@@ -8,12 +8,11 @@ import time
 from collections import Counter
 
 import pytest
-from prometheus_client import REGISTRY
-
 from koordcommon import subjects
 from koordcommon.bus import Bus, Delivery
 from koordcommon.resources import Resources
 from koordcommon.schemas import DeadLetter, Event, NodeMetricSample
+from prometheus_client import REGISTRY
 
 FAST = {"max_wait_s": 0.2, "nak_delay_s": 0.2}
 
@@ -421,9 +420,8 @@ async def test_consumer_recreates_a_deleted_durable(bus: Bus):
 
 def test_a_batch_keeps_one_delivery_per_message_the_newest():
     """A pull request served after the client gave up on it brings old deliveries along."""
-    from nats.aio.msg import Msg
-
     from koordcommon.bus import _latest_deliveries
+    from nats.aio.msg import Msg
 
     def delivery(stream_seq: int, num_delivered: int) -> Msg:
         reply = f"$JS.ACK.S.c.{num_delivered}.{stream_seq}.{stream_seq}.1700000000000000000.0"

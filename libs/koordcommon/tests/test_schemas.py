@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from koordcommon.model import PriorityClass, QoSClass
 from koordcommon.resources import Resources
 from koordcommon.schemas import (

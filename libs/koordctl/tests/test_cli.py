@@ -13,10 +13,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from koordcommon.testing.nats import drop_namespace
 from koordcommon import subjects
 from koordcommon.bus import Bus
 from koordcommon.schemas import Event
+from koordcommon.testing.nats import drop_namespace
 from koordctl.cli import app
 from typer.testing import CliRunner
 

@@ -232,7 +232,7 @@ class Bus:
                 await nc.drain()
             else:
                 await nc.close()
-        except Exception as exc:  # draining a half-broken connection: closing is all that is left
+        except Exception as exc:  # noqa: BLE001 - draining a half-broken connection: closing is all that is left
             log.warning("bus drain failed, closing", extra={"error": repr(exc)})
             await nc.close()
 
@@ -510,7 +510,7 @@ class Bus:
         )
         try:
             await self.publish(subjects.deadletter(self.service), self.stamp(letter), retries=3)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - the caller keeps the message for redelivery instead
             log.error("dead letter not published", extra={"subject": m.subject, "reason": reason, "error": repr(err)})
             return False
         kind = reason_kind(schema, m.data)
@@ -613,7 +613,7 @@ class Bus:
             try:
                 info = await self.js.add_consumer(wire_stream, config)
                 sub = await self.js.pull_subscribe_bind(consumer=name, stream=wire_stream)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the tail retries until the stream exists and the server answers
                 _stop_if_cancelling()
                 if time.monotonic() - last_warning >= 30:  # e.g. waiting for the stream's owner to create it
                     last_warning = time.monotonic()
@@ -635,7 +635,7 @@ class Bus:
                     except TimeoutError:
                         _stop_if_cancelling()
                         msgs = []
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - a failed fetch is retried; the tail must outlive server restarts
                         _stop_if_cancelling()
                         if self._closed:
                             return
@@ -664,7 +664,7 @@ class Bus:
                     except nats.js.errors.NotFoundError:
                         log.info("tail: consumer gone, re-creating", extra={"stream": wire_stream})
                         break
-                    except Exception:
+                    except Exception:  # noqa: BLE001 - a failed fetch is retried; the tail must outlive server restarts
                         _stop_if_cancelling()
                         continue
             finally:
@@ -845,7 +845,7 @@ class Consumer(Generic[M]):
             except TimeoutError:
                 _stop_if_cancelling()
                 msgs = []
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed fetch marks the consumer unhealthy and is retried
                 _stop_if_cancelling()
                 self.healthy = False
                 if self._bus._closed:
@@ -880,10 +880,10 @@ class Consumer(Generic[M]):
             try:
                 await self._ensure()
                 self.healthy = True
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - reported through `healthy`, retried on the next check
                 self.healthy = False
                 log.warning("durable not re-created yet", extra={"durable": self.durable, "error": repr(exc)})
-        except Exception:
+        except Exception:  # noqa: BLE001 - reported through `healthy`, retried on the next check
             self.healthy = False
 
     async def _process(self, msgs: list[Msg]) -> None:
@@ -931,7 +931,7 @@ class Consumer(Generic[M]):
             for m in good[:-1]:
                 await m.ack()
             await good[-1].ack_sync(timeout=bus.publish_timeout_s)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - unconfirmed acks only mean a redelivery, which handlers tolerate
             log.warning(
                 "acks not confirmed; the batch may be redelivered",
                 extra={"durable": self.durable, "count": len(good), "error": repr(exc)},
@@ -975,5 +975,5 @@ def _stop_if_cancelling() -> None:
 async def _quietly(aw: Awaitable[Any]) -> None:
     try:
         await aw
-    except Exception:
+    except Exception:  # noqa: BLE001, S110 - best-effort cleanup of something already failing
         pass

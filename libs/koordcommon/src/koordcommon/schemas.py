@@ -109,7 +109,7 @@ class FastMessage(FastPayload, kw_only=True):
 
 _ENCODER = msgspec.json.Encoder()
 _DECODERS: dict[type, msgspec.json.Decoder] = {}
-_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
 
 M = TypeVar("M", bound=Message | FastMessage)

@@ -15,8 +15,8 @@ import threading
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from psycopg import errors as psycopg_errors
 from koordcommon.storage import is_postgres, make_engine, run_migrations
+from psycopg import errors as psycopg_errors
 from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text
 
 from .core import rows as R

@@ -7,9 +7,10 @@ the kubernetes backend runs the blocking client in a thread.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, AsyncIterator, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..records import NodeRecord, PodRecord
 

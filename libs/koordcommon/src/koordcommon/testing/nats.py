@@ -28,9 +28,9 @@ from .net import free_port, wait_http_ready, wait_tcp_ready
 
 __all__ = [
     "NatsServer",
-    "drop_namespace",
     "bus",
     "bus_namespace",
+    "drop_namespace",
     "nats_answers",
     "nats_server",
     "nats_server_binary",
@@ -161,7 +161,7 @@ def _docker_answers() -> bool:
             return bool(client.ping())
         finally:
             client.close()
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to reach a Docker engine means there is none to use
         return False
 
 

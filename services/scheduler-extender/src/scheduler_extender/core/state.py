@@ -232,11 +232,11 @@ class ClusterState:
             prev_node = None
         old = self.assigned.get(pod.node_name, {}).get(key)
         if (
-            old is not None
-            and not old.assumed
-            or old is not None
+            (old is not None
+            and not old.assumed)
+            or (old is not None
             and assumed is not None
-            and assumed.node == pod.node_name
+            and assumed.node == pod.node_name)
         ):
             assigned_ms = old.assigned_ms
         elif initial:

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from koordcommon.schemas import CPUBurstStrategy, NodeSLOSpec, ResourceQOSStrategy, ResourceThresholdStrategy
+from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 from pydantic import BaseModel, ValidationError
 
 from .config import KEY_CPU_BURST, KEY_RESOURCE_QOS, KEY_RESOURCE_THRESHOLD, ConfigError
-from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 
 # ConfigMap key -> (model of one strategy, field of NodeSLO.spec)
 STRATEGY_KINDS: dict[str, tuple[type[BaseModel], str]] = {

@@ -19,9 +19,9 @@ from koordcommon import resources as rn
 from koordcommon.kube_codec import pod_from_k8s
 from koordcommon.model import LABEL_PRIORITY, LABEL_QOS_CLASS, PriorityClass, QoSClass
 from koordcommon.quantity import QuantityError, format_quantity, parse_json_quantity
+from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 
 from .patching import json_patch, strategic_merge
-from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 
 ANNOTATION_SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
 ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
