@@ -105,3 +105,22 @@ async def test_filtered_nodes_are_counted_by_reason():
         REGISTRY.get_sample_value("koord_extender_requests_total", {"verb": "filter", "outcome": "ok"}) == ok_before + 1
     )
     assert REGISTRY.get_sample_value("koord_extender_request_seconds_count", {"verb": "filter"}) >= 1
+
+
+@pytest.mark.parametrize(
+    "values, cumulative",
+    [
+        ([], [0, 0, 0, 0]),
+        ([0.5, 1.0, 1.5, 2.0, 9.0], [2, 3, 4, 5]),  # le 1: 0.5 and 1.0 (bounds are inclusive)
+        ([3.0, 3.0], [0, 0, 0, 2]),
+    ],
+)
+def test_plain_histogram_buckets(values, cumulative):
+    from scheduler_extender.metrics import Histogram
+
+    h = Histogram((1, 1.5, 2))
+    for v in values:
+        h.observe(v)
+    assert [n for _, n in h.buckets()] == cumulative
+    assert [le for le, _ in h.buckets()] == ["1.0", "1.5", "2.0", "+Inf"]
+    assert h.total == sum(values)

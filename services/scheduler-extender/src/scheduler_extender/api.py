@@ -24,30 +24,15 @@ from collections.abc import Callable
 
 import orjson
 from koordcommon.asgi import PostRoutes
-from prometheus_client import Counter, Histogram
 from starlette.requests import Request
 from starlette.responses import Response
 
 from .core import wire
 from .core.extender import VerbResult, filter_request, preempt_request, prioritize_request
 from .core.state import ClusterState
+from .metrics import METRICS
 
 log = logging.getLogger(__name__)
-
-REQUESTS = Counter("koord_extender_requests_total", "Extender calls by verb and outcome", ["verb", "outcome"])
-LATENCY = Histogram(
-    "koord_extender_request_seconds",
-    "Extender call latency (body read to reply) by verb",
-    ["verb"],
-    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
-)
-FILTERED = Counter("koord_extender_nodes_filtered_total", "Nodes rejected by filter or preempt, by reason", ["reason"])
-CANDIDATES = Histogram(
-    "koord_extender_candidate_nodes",
-    "Nodes per request by verb",
-    ["verb"],
-    buckets=(1, 10, 100, 500, 1000, 2500, 5000, 10000),
-)
 
 JSON = "application/json"
 
@@ -60,10 +45,9 @@ def _verb(
     state: ClusterState,
 ) -> Callable[[bytes], tuple[int, bytes]]:
     """The handler of one verb: request body in, (status, reply body) out."""
-    latency = LATENCY.labels(verb)
-    ok, bad, failed = (REQUESTS.labels(verb, outcome) for outcome in ("ok", "bad_request", "error"))
-    candidates = CANDIDATES.labels(verb)
-    filtered: dict[str, Counter] = {}
+    latency, candidates = METRICS.latency[verb], METRICS.candidates[verb]
+    requests, filtered = METRICS.requests, METRICS.filtered
+    ok, bad, failed = ((verb, outcome) for outcome in ("ok", "bad_request", "error"))
 
     def handle(body: bytes) -> tuple[int, bytes]:
         started = time.perf_counter()
@@ -78,18 +62,15 @@ def _verb(
             args = decode(body)
             result = run(state, args)
         except wire.WireError as exc:  # not the extender JSON, or e.g. a quantity that does not parse
-            bad.inc()
+            requests[bad] += 1
             return 400, orjson.dumps({"Error": str(exc)})
         except Exception as exc:
             log.exception("extender %s failed", verb)
-            failed.inc()
+            requests[failed] += 1
             return 200, on_error(args, f"scheduler-extender {verb} failed: {exc}")
         for reason, n in result.reasons.items():
-            counter = filtered.get(reason)
-            if counter is None:
-                counter = filtered[reason] = FILTERED.labels(reason)
-            counter.inc(n)
-        ok.inc()
+            filtered[reason] += n
+        requests[ok] += 1
         if result.candidates is not None:
             candidates.observe(result.candidates)
         return 200, result.body

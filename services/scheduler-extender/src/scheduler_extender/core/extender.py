@@ -45,7 +45,7 @@ REASON_UNKNOWN = "node(s) unknown to the extender: no node, NodeMetric or NodeRe
 @dataclass(slots=True)
 class VerbResult:
     body: bytes
-    reasons: Counter = field(default_factory=Counter)  # nodes filtered, by reason
+    reasons: dict[str, int] = field(default_factory=dict)  # nodes filtered, by reason
     candidates: int | None = None  # nodes judged (filter, prioritize)
 
 
@@ -99,7 +99,7 @@ def _candidates(state: ClusterState, args: ExtenderArgs) -> tuple[list[str], np.
 
 def filter_nodes(
     state: ClusterState, info: PodInfo, names: list[str], now: int, rows: tuple[np.ndarray, list[int]] | None = None
-) -> tuple[FilterOutcome, Counter, np.ndarray, list[int]]:
+) -> tuple[FilterOutcome, dict[str, int], np.ndarray, list[int]]:
     t = state.table
     cfg = state.config
     ix, missing = _rows(state, names) if rows is None else rows
@@ -134,20 +134,20 @@ def filter_nodes(
             verdict = _judge_reservations(state, info, names[i], now)
             if not verdict.fits:
                 (unresolvable if required and not verdict.matched else failed_extra)[i] = verdict.reason
-    counts: Counter = Counter()
+    counts: dict[str, int] = {}
     bad = codes.nonzero()[0]
     bad_codes = codes.take(bad)
     reason_of = _reason_table(info)
     if len(bad):
         for code, k in enumerate(np.bincount(bad_codes).tolist()):
             if k:
-                counts[reason_of[code]] += k
+                counts[reason_of[code]] = counts.get(reason_of[code], 0) + k
     for i, reason in failed_extra.items():
         outcome.extra_failed[names[i]] = reason
-        counts[reason] += 1
+        counts[reason] = counts.get(reason, 0) + 1
     for i, reason in unresolvable.items():
         outcome.unresolvable[names[i]] = reason
-        counts[reason] += 1
+        counts[reason] = counts.get(reason, 0) + 1
     passed = (codes == 0).nonzero()[0]
     if failed_extra or unresolvable:
         drop = set(failed_extra) | set(unresolvable)
