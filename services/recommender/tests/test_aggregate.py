@@ -158,3 +158,61 @@ def test_same_oom_reported_again_counts_once():
     back = AggregateState.load(st.save())
     with pytest.raises(OOMDiscarded):
         back.record_oom(P1, T0, 1000 * MIB)
+
+
+# ---------------------------------------------------------------------- compact pods
+
+
+def test_pods_keep_first_seen_order_through_prune_and_reload():
+    st = AggregateState()
+    st.add_cpu_sample(P1, T0, 1.0, 1.0)
+    st.add_memory_sample(P2, T0 + DAY, 500 * MIB)
+    st.add_cpu_sample(P3, T0 + 2 * DAY, 1.0, 1.0)
+    st.add_cpu_sample(P2, T0 + 2 * DAY, 1.0, 1.0)
+    assert list(st.pods) == [P1, P2, P3] and st.pod_count() == 3
+    assert st.pods_seen_since(T0 + DAY) == 2 and st.pods_seen_since(T0 + 3 * DAY) == 0
+    st.prune_pods(T0 + 2 * DAY + 60)  # P1 silent for two days
+    assert list(st.pods) == [P2, P3]
+    p2 = st.pods[P2]
+    assert (p2.last_cpu_ts, p2.last_memory_ts, p2.window_end, p2.memory_peak) == (T0 + 2 * DAY, T0 + DAY, T0 + 2 * DAY, 500 * MIB)
+    back = AggregateState.load(st.save())
+    assert list(back.pods) == [P2, P3] and back.pods == st.pods and back.save() == st.save()
+
+
+def test_a_key_spanning_two_stored_keys_is_a_new_pod():
+    a, b = b"\x00\x00\x00\x00WXYZ", b"ABCD\x00\x00\x00\x00"
+    straddle = a[4:] + b[:4]  # appears inside the stored keys, across their boundary
+    st = AggregateState()
+    st.add_cpu_sample(a, T0, 1.0, 1.0)
+    st.add_cpu_sample(b, T0 + 60, 1.0, 1.0)
+    assert st.add_cpu_sample(straddle, T0 + 30, 1.0, 1.0)  # not taken for a's or b's later sample
+    assert list(st.pods) == [a, b, straddle]
+    assert [p.last_cpu_ts for p in st.pods.values()] == [T0, T0 + 60, T0 + 30]
+
+
+def test_pod_keys_must_be_pod_key_digests():
+    with pytest.raises(ValueError):
+        AggregateState().add_cpu_sample(b"short", T0, 1.0, 1.0)
+
+
+def test_eight_days_of_three_pods_fit_in_3_5_kib_of_heap():
+    # The goal is 4 KiB per tracked container; the engine's key and indexes take about half
+    # a KiB of that (bench/recommender.py measures the whole).
+    import gc
+    import tracemalloc
+
+    rng = np.random.default_rng(5)
+    pods = [pod_key(f"web-{i}") for i in range(3)]
+    usage = rng.gamma(4.0, 0.25, (8 * 24 * 60, 3)).tolist()
+    tracemalloc.start()
+    st = AggregateState()
+    for m, row in enumerate(usage):
+        for p, cpu in zip(pods, row):
+            st.add_cpu_sample(p, T0 + 60 * m, cpu, 1.0)
+            st.add_memory_sample(p, T0 + 60 * m, cpu * 1.5e9 + 2e8, 2e9)
+    gc.collect()  # also empties the interpreter's free lists: only live objects are left
+    snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, "*/recommender/core/*")])
+    tracemalloc.stop()
+    heap = sum(t.size for t in snap.traces)
+    assert 2048 < heap <= 3584
+    assert len(st.save()) <= 4096

@@ -8,6 +8,7 @@ from recommender.core.histogram import (
     BucketScheme,
     DecayingHistogram,
     HistogramError,
+    weighted_percentile_bucket,
 )
 
 DAY = 86400.0
@@ -181,3 +182,102 @@ def test_checkpoint_roundtrip_is_compact_and_exact_enough():
     empty, n = DecayingHistogram.load(DecayingHistogram(CPU_SCHEME).save(), CPU_SCHEME, DAY)
     assert empty.is_empty() and empty.reference_ts is None and n == 18
     assert math.isfinite(back.total_weight)
+
+
+# ---------------------------------------------------------------------- sparse bucket window
+
+
+class DenseReference:
+    """The plain VPA histogram over all buckets, to check the windowed one against."""
+
+    def __init__(self, scheme, half_life=DAY):
+        self.scheme, self.half_life = scheme, half_life
+        self.weights = np.zeros(scheme.num_buckets)
+        self.ref = None
+
+    def add(self, value, weight, t):
+        if self.ref is None:
+            self.ref = math.floor(t / self.half_life + 0.5) * self.half_life
+        self.weights[self.scheme.find_bucket(value)] += weight * 2.0 ** ((t - self.ref) / self.half_life)
+
+    def sub(self, value, weight, t):
+        b = self.scheme.find_bucket(value)
+        w = weight * 2.0 ** ((t - self.ref) / self.half_life)
+        self.weights[b] = 0.0 if w > self.weights[b] - 1e-4 else self.weights[b] - w
+
+
+# (samples as (cores, hours after T0), window the histogram must hold afterwards)
+WINDOW_CASES = [
+    ("one sample", [(0.5, 0)], (25, 25)),
+    ("grows above", [(0.5, 0), (2.0, 1)], (25, 49)),
+    ("grows below", [(2.0, 0), (0.1, 1)], (8, 49)),
+    ("below then above", [(0.5, 0), (0.005, 2), (4.0, 3)], (0, 62)),
+    ("inside adds no bucket", [(0.1, 0), (4.0, 1), (1.0, 2), (0.25, 3)], (8, 62)),
+    ("beyond max lands in the last bucket", [(1.0, 0), (5000.0, 5)], (36, 175)),
+]
+
+
+@pytest.mark.parametrize("name, samples, window", WINDOW_CASES, ids=[c[0] for c in WINDOW_CASES])
+def test_window_growth_matches_dense_histogram(name, samples, window):
+    h, ref = DecayingHistogram(CPU_SCHEME), DenseReference(CPU_SCHEME)
+    for cores, hours in samples:
+        h.add_sample(cores, 0.7, T0 + hours * 3600)
+        ref.add(cores, 0.7, T0 + hours * 3600)
+    assert (h._lo, h._lo + len(h._w) - 1) == window
+    assert h.weights.tolist() == ref.weights.tolist()
+    for p in (0.0, 0.3, 0.5, 0.9, 0.95, 1.0):
+        assert h.percentile(p) == CPU_SCHEME.value_of(weighted_percentile_bucket(ref.weights, p))
+    back, _ = DecayingHistogram.load(h.save(), CPU_SCHEME, DAY)
+    assert (back._lo, back._lo + len(back._w) - 1) == window
+    assert back.save() == h.save()
+
+
+def test_vectorised_add_grows_the_window_like_scalar_adds():
+    values = np.array([0.5, 0.02, 7.0, 0.5, 1.3])
+    ts = T0 + np.arange(5) * 600.0
+    batch, single = DecayingHistogram(CPU_SCHEME), DecayingHistogram(CPU_SCHEME)
+    batch.add_sample(1.0, 1.0, T0)
+    single.add_sample(1.0, 1.0, T0)
+    batch.add_samples(values, 1.0, ts)
+    for v, t in zip(values, ts):
+        single.add_sample(float(v), 1.0, float(t))
+    lo, hi = CPU_SCHEME.find_bucket(0.02), CPU_SCHEME.find_bucket(7.0)
+    assert (lo, hi) == (1, 73)
+    assert (batch._lo, len(batch._w)) == (single._lo, len(single._w)) == (lo, hi - lo + 1)
+    assert batch.weights == pytest.approx(single.weights, rel=1e-15)
+
+
+def test_replaced_memory_peaks_shrink_the_window():
+    # a growing peak: each new peak replaces the last one (VPA subtracts the old peak)
+    h, ref = DecayingHistogram(MEMORY_SCHEME), DenseReference(MEMORY_SCHEME)
+    peaks = [2e8, 5e8, 9e8, 1.6e9]
+    for old, new in zip([None] + peaks, peaks):
+        for hist in (h, ref):
+            if old is not None:
+                (hist.subtract_sample if hist is h else hist.sub)(old, 1.0, T0)
+            (hist.add_sample if hist is h else hist.add)(new, 1.0, T0)
+    assert h._lo == h._lo + len(h._w) - 1 == MEMORY_SCHEME.find_bucket(1.6e9)
+    assert h.weights.tolist() == ref.weights.tolist()
+
+
+def test_reference_shift_scales_the_bucket_being_added_to():
+    # VPA computes the decay factor (shifting the reference) before reading the bucket, so a
+    # bucket that already holds weight is rescaled like every other one.
+    h = DecayingHistogram(CPU_SCHEME)
+    h.add_sample(2.0, 1.0, T0)
+    h.add_sample(1.0, 1.0, T0 + 99 * DAY)
+    h.add_sample(4.0, 1.0, T0 + 99 * DAY)
+    h.add_sample(4.0, 1.0, T0 + 101 * DAY)  # more than 100 half-lives after T0: shift to T0 + 101 d
+    assert h.reference_ts == T0 + 101 * DAY
+    nz = {int(b): float(h.weights[b]) for b in np.flatnonzero(h.weights)}
+    assert nz == {CPU_SCHEME.find_bucket(1.0): 0.25, CPU_SCHEME.find_bucket(4.0): 1.25}  # 2.0 at T0 fell below epsilon
+    assert h.percentile(0.1) == pytest.approx(1.01628, rel=1e-5)
+
+
+def test_merge_covers_both_windows():
+    a, b = DecayingHistogram(CPU_SCHEME), DecayingHistogram(CPU_SCHEME)
+    a.add_sample(0.1, 1.0, T0)
+    b.add_sample(4.0, 1.0, T0 + DAY)
+    a.merge(b)
+    assert (a._lo, a._lo + len(a._w) - 1) == (8, 62)
+    assert a.weights[8] == 0.5 and a.weights[62] == 1.0

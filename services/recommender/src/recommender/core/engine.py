@@ -6,7 +6,6 @@ Adapters feed it plain samples (bus), ask it what changed (publisher), what to c
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .aggregate import AggregateState, AggregationConfig, OOMDiscarded, pod_key
@@ -67,7 +66,8 @@ class RecommenderState:
         self.estimator = estimator or EstimatorConfig()
         self.change_threshold = change_threshold
         self.containers: dict[ContainerKey, AggregateState] = {}
-        self._by_workload: dict[WorkloadKey, set[str]] = defaultdict(set)
+        # container names per workload, sorted (a tuple is a fifth of a set's size)
+        self._by_workload: dict[WorkloadKey, tuple[str, ...]] = {}
         self._published: dict[WorkloadKey, dict[str, Estimate]] = {}
         self.dirty_checkpoint: set[ContainerKey] = set()
         self._dirty_publish: set[WorkloadKey] = set()
@@ -83,12 +83,20 @@ class RecommenderState:
         st = self.containers.get(key)
         if st is None:
             st = self.containers[key] = AggregateState(config=self.aggregation)
-            self._by_workload[key.workload].add(key.container)
+            self._add_name(key)
         return st
 
+    def _add_name(self, key: ContainerKey) -> None:
+        names = self._by_workload.get(key.workload, ())
+        if key.container not in names:
+            self._by_workload[key.workload] = tuple(sorted((*names, key.container)))
+
     def add(self, s: UsageSample) -> bool:
-        self.now = max(self.now, s.t)
-        st = self._state(s.key)
+        if s.t > self.now:  # noqa: PLR1730 (per sample: cheaper than max())
+            self.now = s.t
+        st = self.containers.get(s.key)
+        if st is None:
+            st = self._state(s.key)
         pk = pod_key(s.pod_uid)
         took = False
         if s.cpu_cores is not None:
@@ -124,14 +132,14 @@ class RecommenderState:
             return None
         now = self.now if now is None else now
         out = []
-        for name in sorted(names):
+        for name in names:
             st = self.containers[ContainerKey(workload, name)]
             est = estimate(st, self.estimator, containers_per_pod=len(names))
             current = None
             if st.cpu_request_cores > 0 or st.memory_request_bytes > 0:
                 current = Estimate(round(st.cpu_request_cores * 1000), int(st.memory_request_bytes))
             horizon = now - REPLICA_WINDOW_S
-            replicas = sum(1 for p in st.pods.values() if max(p.last_cpu_ts, p.last_memory_ts) >= horizon)
+            replicas = st.pods_seen_since(horizon)
             diurnal_cpu, diurnal_mem = st.profile.diurnal()
             out.append(
                 ContainerResult(
@@ -172,17 +180,17 @@ class RecommenderState:
         gone = [k for k, st in self.containers.items() if st.is_expired(now)]
         for k in gone:
             del self.containers[k]
-            names = self._by_workload.get(k.workload)
-            if names is not None:
-                names.discard(k.container)
-                if not names:
-                    del self._by_workload[k.workload]
-                    self._published.pop(k.workload, None)
+            names = tuple(n for n in self._by_workload.get(k.workload, ()) if n != k.container)
+            if names:
+                self._by_workload[k.workload] = names
+            else:
+                self._by_workload.pop(k.workload, None)
+                self._published.pop(k.workload, None)
             self.dirty_checkpoint.discard(k)
         for k, st in self.containers.items():
-            before = len(st.pods)
+            before = st.pod_count()
             st.prune_pods(now)
-            if len(st.pods) != before:
+            if st.pod_count() != before:
                 self.dirty_checkpoint.add(k)
         return gone
 
@@ -201,5 +209,5 @@ class RecommenderState:
             self.now = st.last_sample_ts
         for p in st.pods.values():
             self.now = max(self.now, p.last_memory_ts)
-        self._by_workload[key.workload].add(key.container)
+        self._add_name(key)
         self._dirty_publish.add(key.workload)

@@ -76,14 +76,19 @@ def estimate(state: AggregateState, cfg: EstimatorConfig = EstimatorConfig(), co
     min_cpu = _amount(cfg.pod_min_cpu_milli / n, MAX_CPU_MILLI)
     min_mem = _amount(cfg.pod_min_memory_bytes / n, MAX_MEMORY_BYTES)
 
-    def at(p_cpu: float, p_mem: float) -> tuple[int, int]:
-        cpu = _amount(state.cpu.percentile(p_cpu) * 1000, MAX_CPU_MILLI)
-        mem = _amount(state.memory.percentile(p_mem), MAX_MEMORY_BYTES)
+    cpu_ps = state.cpu.percentiles((cfg.target_cpu_percentile, cfg.lower_cpu_percentile, cfg.upper_cpu_percentile))
+    mem_ps = state.memory.percentiles(
+        (cfg.target_memory_percentile, cfg.lower_memory_percentile, cfg.upper_memory_percentile)
+    )
+
+    def at(i: int) -> tuple[int, int]:
+        cpu = _amount(cpu_ps[i] * 1000, MAX_CPU_MILLI)
+        mem = _amount(mem_ps[i], MAX_MEMORY_BYTES)
         return _amount(cpu * margin, MAX_CPU_MILLI), _amount(mem * margin, MAX_MEMORY_BYTES)
 
-    t_cpu, t_mem = at(cfg.target_cpu_percentile, cfg.target_memory_percentile)
-    l_cpu, l_mem = at(cfg.lower_cpu_percentile, cfg.lower_memory_percentile)
-    u_cpu, u_mem = at(cfg.upper_cpu_percentile, cfg.upper_memory_percentile)
+    t_cpu, t_mem = at(0)
+    l_cpu, l_mem = at(1)
+    u_cpu, u_mem = at(2)
     # VPA: upper x (1 + 1/confidence)^1, lower x (1 + 0.001/confidence)^-2.
     u_cpu = _with_confidence(u_cpu, conf, 1.0, 1.0, MAX_CPU_MILLI)
     u_mem = _with_confidence(u_mem, conf, 1.0, 1.0, MAX_MEMORY_BYTES)

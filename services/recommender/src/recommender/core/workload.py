@@ -3,20 +3,22 @@
 A pod is aggregated under its controller (namespace + owner kind/name) and container name.
 A ReplicaSet stands for its Deployment; when the cluster port cannot resolve it, the
 Deployment name is recovered from the "<deployment>-<pod-template-hash>" naming rule.
+
+Keys are named tuples: hashed and compared in C on every sample, and held once per tracked
+container, so both their speed and their size count.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # pod-template-hash is rand.SafeEncodeString of a 32-bit hash: consonants and digits without
 # vowels or look-alikes, up to 10 characters.
 _RS_HASH = re.compile(r"^(?P<deploy>.+)-[bcdfghjklmnpqrstvwxz2456789]{1,10}$")
 
 
-@dataclass(frozen=True, order=True)
-class WorkloadKey:
+class WorkloadKey(NamedTuple):
     namespace: str
     kind: str
     name: str
@@ -30,8 +32,7 @@ class WorkloadKey:
         return f"{self.namespace}/{self.kind}/{self.name}"
 
 
-@dataclass(frozen=True, order=True)
-class ContainerKey:
+class ContainerKey(NamedTuple):
     workload: WorkloadKey
     container: str
 
