@@ -652,13 +652,10 @@ def test_scheduler_profile_example_wires_the_extender(default_docs):
     assert cfg["clientConnection"] == yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml")
                                                      .read_text())["clientConnection"]  # fmt: skip
     # the verbs are the extender's routes
-    from fastapi import FastAPI
-    from scheduler_extender.api import install
+    from scheduler_extender.api import create_app
     from scheduler_extender.core.state import ClusterState
 
-    app = FastAPI()
-    install(app, ClusterState())
-    paths = {r.path for r in app.routes}
+    paths = set(create_app(ClusterState()).routes)
     assert {"/" + ext[k] for k in ("filterVerb", "prioritizeVerb", "preemptVerb")} <= paths
 
 

@@ -14,6 +14,9 @@ from node_agent.settings import AgentSettings
 from node_agent.sim_mode import SimAgent
 
 NODE = "sim-node-000"
+# Simulated time starts at a fixed hour: the online pods' usage follows the trace's day, and at
+# night-time hours 40x of it stays under the suppress threshold.
+NOON = 1_764_590_400_000  # 2025-12-01 12:00 UTC
 
 
 def be_pod(name, priority, milli):
@@ -23,7 +26,7 @@ def be_pod(name, priority, milli):
 
 
 async def test_be_pods_suppressed_then_evicted_with_events(bus):
-    cluster = SimCluster(SimSpec(nodes=1, seed=11, node_cpu_cores=32, online_pods_per_node=4, speed=30.0))
+    cluster = SimCluster(SimSpec(nodes=1, seed=11, node_cpu_cores=32, online_pods_per_node=4, speed=30.0, start_ms=NOON))
     await cluster.start()
     await cluster.create_pod(be_pod("be-a", 5500, 2000))
     await cluster.create_pod(be_pod("be-b", 5100, 3000))
