@@ -234,7 +234,6 @@ def _pct(v) -> int:
 
 # --------------------------------------------------------------------------- per-node limits
 
-_NEVER_PAIR = (NEVER, NEVER)
 
 
 def usage_percent(used: int, alloc: int) -> int:

@@ -136,10 +136,6 @@ class ExtenderArgs:
             self._node_names = _name_list(_loads(self.names_raw), "NodeNames")
         return self._node_names
 
-    @property
-    def node_items(self) -> list[dict[str, Any]] | None:
-        return None if self.nodes is None else self.nodes["items"]
-
     def candidate_names(self) -> list[str]:
         """The node names to judge, in the scheduler's order (NodeNames wins when both are sent)."""
         names = self.node_names
