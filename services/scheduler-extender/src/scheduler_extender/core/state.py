@@ -24,7 +24,6 @@ from .batchfit import batch_request
 from .estimator import (
     EstimatorArgs,
     WorkloadProfile,
-    estimate_pod,
     estimate_pod_with_profile,
     estimate_requests,
     workload_key,
@@ -159,7 +158,7 @@ class ClusterState:
         requests, cls = pod.requests(), pod.priority_class  # each computed once: they are not cheap
         info = PodInfo(
             record=pod,
-            estimate=self.estimate(pod, requests, cls),
+            estimate=self._estimate(pod, requests, cls),
             is_prod=cls is PriorityClass.PROD,
             request=Resources.from_list(requests),
             batch=batch_request(requests),
@@ -172,15 +171,13 @@ class ClusterState:
             self._pod_cache[cache_key] = info
         return info
 
-    def estimate(self, pod: PodRecord, requests=None, cls: PriorityClass | None = None) -> Resources:
-        """The pod's estimated usage; `requests` and `cls` when the caller has them already."""
+    def _estimate(self, pod: PodRecord, requests: dict[str, int], cls: PriorityClass) -> Resources:
+        """The pod's estimated usage, given its summed requests and priority class."""
         if self.config.use_profiles and self.profiles:
             key = workload_key(pod)
             profile = self.profiles.get(key) if key else None
             if profile is not None:
                 return estimate_pod_with_profile(pod, profile, self.config.estimator)
-        if requests is None or cls is None:
-            return estimate_pod(pod, self.config.estimator)
         return estimate_requests(requests, pod.limits(), cls, self.config.estimator)
 
     # ------------------------------------------------------------------ feeds
@@ -231,13 +228,7 @@ class ClusterState:
             self._drop(key, prev_node)
             prev_node = None
         old = self.assigned.get(pod.node_name, {}).get(key)
-        if (
-            (old is not None
-            and not old.assumed)
-            or (old is not None
-            and assumed is not None
-            and assumed.node == pod.node_name)
-        ):
+        if old is not None and (not old.assumed or (assumed is not None and assumed.node == pod.node_name)):
             assigned_ms = old.assigned_ms
         elif initial:
             assigned_ms = pod.start_ms or pod.created_ms or now
