@@ -1,8 +1,8 @@
 """The precomputed per-node limits judge exactly as the percent maths they replace.
 
 `first_over` is checked by hand and against a scan; the vectorised filter and score over
-derived columns are checked against a scalar transcription of Koordinator's rules on random
-rows, with usages placed on and around every threshold boundary.
+derived columns, and their one-row forms, are checked against a scalar transcription of
+Koordinator's rules on random rows, with usages placed on and around every threshold boundary.
 """
 
 import math
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from koordcommon.resources import Resources
 from scheduler_extender.core import loadaware as la
-from scheduler_extender.core.batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes
+from scheduler_extender.core.batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes, row_batch_code
 from scheduler_extender.core.loadaware import AggregatedArgs, LoadAwareArgs, Thresholds
 from scheduler_extender.core.table import NodeTable
 
@@ -147,6 +147,10 @@ def test_vectorised_filter_and_score_match_the_oracle(args, seed, fresh):
         assert valid.tolist() == [
             rows[i]["has_metric"] and now - rows[i]["update_ms"] < args.node_metric_expiration_s * 1000 for i in ix
         ]
+        # the same verdicts one row at a time (a kept verdict is patched so)
+        values = [t.row_values(int(r)) for r in ix]
+        assert [la.row_code(*v, est, prod_pod, now, args) for v in values] == codes.tolist()
+        assert [la.row_score(*v, est, prod_pod, now, args) for v in values] == np.where(valid, raw, -1).tolist()
     for request in (Resources(0, 0), Resources(1000, 0), Resources(0, 2 * Gi), Resources(4000, 4 * Gi)):
         got = batch_codes(t, ix, request).tolist()
         want = []
@@ -159,3 +163,4 @@ def test_vectorised_filter_and_score_match_the_oracle(args, seed, fresh):
             else:
                 want.append(0)
         assert got == want
+        assert [row_batch_code(t.row_values(int(r))[0], request) for r in ix] == want

@@ -13,7 +13,9 @@ from koordcommon import resources as rn
 from koordcommon.records import PodRecord, ResourceList
 from koordcommon.resources import ZERO, Resources
 
-from .table import NodeTable
+from .table import INT_INDEX, NodeTable
+
+_BFREE_CPU, _BFREE_MEM = INT_INDEX["bfree_cpu"], INT_INDEX["bfree_mem"]
 
 BATCH_CPU_SHORT = 2
 BATCH_MEM_SHORT = 3
@@ -47,3 +49,12 @@ def batch_codes(t: NodeTable, ix: np.ndarray, request: Resources) -> np.ndarray:
     # only what the pod asks for is checked; cpu is reported before memory
     short &= ((request.cpu_milli > 0,), (request.memory_bytes > 0,))
     return np.where(short[0], np.int8(BATCH_CPU_SHORT), short[1].view(np.int8) * np.int8(BATCH_MEM_SHORT))
+
+
+def row_batch_code(ints: list[int], request: Resources) -> int:
+    """`batch_codes` for one row, from its values (`NodeTable.row_values`)."""
+    if request.cpu_milli > 0 and ints[_BFREE_CPU] < request.cpu_milli:
+        return BATCH_CPU_SHORT
+    if request.memory_bytes > 0 and ints[_BFREE_MEM] < request.memory_bytes:
+        return BATCH_MEM_SHORT
+    return 0

@@ -437,6 +437,52 @@ def scores(
     return total, valid
 
 
+# --------------------------------------------------------------------------- one row at a time
+# The two verdicts above for a single row, from its values (`NodeTable.row_values`): a kept
+# verdict is brought up to date row by row (see memo), where numpy's fixed cost per call would
+# outweigh the work. test_limits holds both forms to the same oracle.
+
+_LIM_CPU, _LIM_MEM, _PLIM_CPU, _PLIM_MEM = _cols("lim_cpu", "lim_mem", "plim_cpu", "plim_mem")
+_SFREE_CPU, _SFREE_MEM, _PSFREE_CPU, _PSFREE_MEM = _cols("sfree_cpu", "sfree_mem", "psfree_cpu", "psfree_mem")
+_SALLOC_CPU, _SALLOC_MEM, _EXPIRE, _VALID = _cols("salloc_cpu", "salloc_mem", "expire_at", "valid_until")
+_AGG_N, _AGG_P = BOOL_INDEX["agg_n"], BOOL_INDEX["agg_p"]
+
+
+def row_code(
+    ints: list[int], bools: list[bool], est: Resources, prod_pod: bool, now_ms: int, args: LoadAwareArgs
+) -> int:
+    """`filter_codes` for one row."""
+    if prod_pod:
+        lim_cpu, lim_mem, agg = ints[_PLIM_CPU], ints[_PLIM_MEM], bools[_AGG_P]
+    else:
+        lim_cpu, lim_mem, agg = ints[_LIM_CPU], ints[_LIM_MEM], bools[_AGG_N]
+    code = CPU_OVER if lim_cpu <= est.cpu_milli else MEM_OVER if lim_mem <= est.memory_bytes else PASS
+    if code and agg:
+        code += CPU_AGG_OVER - CPU_OVER
+    if args.filter_expired_node_metrics and ints[_EXPIRE] <= now_ms:
+        code = PASS if args.enable_schedule_when_node_metrics_expired else EXPIRED
+    return code
+
+
+def row_score(
+    ints: list[int], bools: list[bool], est: Resources, prod_pod: bool, now_ms: int, args: LoadAwareArgs
+) -> int:
+    """`scores` for one row: the score 0-100, or -1 where the row is not valid."""
+    if ints[_VALID] <= now_ms:
+        return -1
+    wc, wm, dw = args.cpu_weight, args.memory_weight, args.dominant_resource_weight
+    if wc + wm + dw == 0:
+        return 0
+    if prod_pod:
+        free_cpu, free_mem = ints[_PSFREE_CPU], ints[_PSFREE_MEM]
+    else:
+        free_cpu, free_mem = ints[_SFREE_CPU], ints[_SFREE_MEM]
+    s_cpu = max(0, (free_cpu - est.cpu_milli) * 100 // ints[_SALLOC_CPU])
+    s_mem = max(0, (free_mem - est.memory_bytes) * 100 // ints[_SALLOC_MEM])
+    total = s_cpu * wc + s_mem * wm + min(s_cpu, s_mem) * dw
+    return total // (wc + wm + dw)
+
+
 _ALL_TRUE = np.ones(0, dtype=bool)
 
 
