@@ -16,11 +16,13 @@ from koordcommon.records import PodRecord
 from koordcommon.resources import ZERO, sum_resources
 
 from . import loadaware as la
+from . import memo
 from . import reservation as rsv
-from .batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes, batch_names
+from .batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes, batch_names, row_batch_code
+from .candidates import Candidates
 from .loadaware import node_load
 from .state import ClusterState, PodInfo
-from .table import NodeTable
+from .table import BOOL_INDEX, NodeTable
 from .wire import (
     MAX_EXTENDER_PRIORITY,
     CodedFailures,
@@ -39,6 +41,7 @@ from .wire import (
 
 UNKNOWN = 20
 BATCH_BASE = 10  # batch codes are stored as BATCH_BASE + batchfit code
+_KNOWN = BOOL_INDEX["known"]
 REASON_UNKNOWN = "node(s) unknown to the extender: no node, NodeMetric or NodeResource seen for it"
 
 
@@ -85,27 +88,33 @@ def _pod_info(state: ClusterState, args: ExtenderArgs) -> PodInfo:
     return state.pod_info_json(args.pod, parse_pod)
 
 
-def _candidates(state: ClusterState, args: ExtenderArgs) -> tuple[list[str], np.ndarray, list[int]]:
-    """The candidate names, their rows and the positions of unknown names."""
+def _candidates(state: ClusterState, args: ExtenderArgs) -> Candidates:
+    """The candidate names with their rows, recognised by their bytes when seen lately."""
     raw = args.names_raw
-    if raw is not None and (hit := state.table.cached_rows(raw)) is not None:
+    if raw is not None and (hit := state.recent.find(raw, len(state.table))) is not None:
         return hit
     names = args.candidate_names()
     ix, missing = _rows(state, names)
-    if raw is not None:
-        state.table.remember_rows(raw, names, ix, missing)
-    return names, ix, missing
+    c = Candidates(names, ix, missing, raw, len(state.table))
+    return state.recent.remember(c) if raw is not None else c
 
 
-def filter_nodes(
-    state: ClusterState, info: PodInfo, names: list[str], now: int, rows: tuple[np.ndarray, list[int]] | None = None
-) -> tuple[FilterOutcome, dict[str, int], np.ndarray, list[int]]:
+def _memo_key(state: ClusterState, info: PodInfo, cand: Candidates, verb: str) -> tuple | None:
+    """Where a verdict of `verb` for this pod over `cand` is kept; None when it cannot be kept
+    (reservation verdicts depend on who the pod is, not only on its shape)."""
+    if info.shape is None or not cand.memoizable:
+        return None
+    if state.resv_by_node and state.table.has_resv.take(cand.rows).any():
+        return None
+    return (verb, info.shape)
+
+
+def _codes(state: ClusterState, info: PodInfo, ix: np.ndarray, missing: list[int], now: int) -> np.ndarray:
+    """Load-aware, batch and unknown-node codes per candidate row (0 = pass)."""
     t = state.table
     cfg = state.config
-    ix, missing = _rows(state, names) if rows is None else rows
-    n = len(names)
     if info.daemonset:
-        codes = np.zeros(n, dtype=np.int8)  # Koordinator lets DaemonSet pods through load checks
+        codes = np.zeros(len(ix), dtype=np.int8)  # Koordinator lets DaemonSet pods through load checks
     else:
         codes = la.filter_codes(t, ix, info.estimate, info.is_prod, now, cfg.load)
     if not info.batch.is_zero():
@@ -118,13 +127,32 @@ def filter_nodes(
         codes[unknown] = UNKNOWN
     elif missing:
         codes[missing] = 0
-    outcome = FilterOutcome()
+    return codes
+
+
+def _row_code(state: ClusterState, info: PodInfo, ints: list[int], bools: list[bool], now: int) -> int:
+    """`_codes` for one row, from its columns (`NodeTable.row_values`)."""
+    cfg = state.config
+    code = 0 if info.daemonset else la.row_code(ints, bools, info.estimate, info.is_prod, now, cfg.load)
+    if code == 0 and not info.batch.is_zero():
+        short = row_batch_code(ints, info.batch)
+        code = BATCH_BASE + short if short else 0
+    if cfg.fail_unknown_nodes and not bools[_KNOWN]:
+        code = UNKNOWN
+    return code
+
+
+def _reservation_verdicts(
+    state: ClusterState, info: PodInfo, names: list[str], ix: np.ndarray, codes: np.ndarray, now: int
+) -> tuple[dict[int, str], dict[int, str]]:
+    """(failed, unresolvable) reasons by position from the reservations on the candidates."""
+    t = state.table
     unresolvable: dict[int, str] = {}
     failed_extra: dict[int, str] = {}
     required = info.reservation_affinity
     # has_resv is only ever set on nodes some Reservation names
     if required or (state.resv_by_node and t.has_resv.take(ix).any()):
-        check = range(n) if required else t.has_resv.take(ix).nonzero()[0].tolist()
+        check = range(len(names)) if required else t.has_resv.take(ix).nonzero()[0].tolist()
         for i in check:
             if codes[i] != 0:
                 continue
@@ -134,6 +162,19 @@ def filter_nodes(
             verdict = _judge_reservations(state, info, names[i], now)
             if not verdict.fits:
                 (unresolvable if required and not verdict.matched else failed_extra)[i] = verdict.reason
+    return failed_extra, unresolvable
+
+
+def _outcome(
+    info: PodInfo,
+    names: list[str],
+    ix: np.ndarray,
+    missing: list[int],
+    codes: np.ndarray,
+    failed_extra: dict[int, str],
+    unresolvable: dict[int, str],
+) -> tuple[FilterOutcome, dict[str, int]]:
+    outcome = FilterOutcome()
     counts: dict[str, int] = {}
     bad = codes.nonzero()[0]
     bad_codes = codes.take(bad)
@@ -154,31 +195,80 @@ def filter_nodes(
         passed = np.array([i for i in passed.tolist() if i not in drop], dtype=np.intp)
     outcome.coded = CodedFailures(names, bad, None if missing else ix.take(bad), bad_codes, reason_of)
     outcome.positions = passed
+    return outcome, counts
+
+
+def filter_nodes(
+    state: ClusterState, info: PodInfo, names: list[str], now: int, rows: tuple[np.ndarray, list[int]] | None = None
+) -> tuple[FilterOutcome, dict[str, int], np.ndarray, list[int]]:
+    ix, missing = _rows(state, names) if rows is None else rows
+    codes = _codes(state, info, ix, missing, now)
+    failed_extra, unresolvable = _reservation_verdicts(state, info, names, ix, codes, now)
+    outcome, counts = _outcome(info, names, ix, missing, codes, failed_extra, unresolvable)
     return outcome, counts, ix, missing
+
+
+@dataclass(slots=True)
+class _FilterReply:
+    """A NodeNames filter answer and what answering it does besides."""
+
+    result: VerbResult
+    passed: Candidates | None  # the passed list, which the pod's prioritize call will carry
+    single: str | None  # the only node that passed: kube-scheduler binds it without prioritize
+
+
+def _names_reply(state: ClusterState, cand: Candidates, outcome: FilterOutcome, counts: dict[str, int]) -> _FilterReply:
+    t = state.table
+    names = cand.names
+    single = names[int(outcome.positions[0])] if len(outcome.positions) == 1 else None
+    if cand.missing:
+        passed_raw = encode_names(pick(names, outcome.passed))
+        passed = None
+    else:
+        # kube-scheduler's prioritize call for this pod carries exactly these names (when this
+        # is the last filtering extender): their rows are kept for it.
+        if len(outcome.positions) == len(names) and cand.raw is not None:
+            passed, passed_raw = cand, cand.raw  # every candidate passed: the same list
+        else:
+            passed_rows = cand.rows.take(outcome.positions)
+            passed_names = t.name_array().take(passed_rows).tolist()
+            passed_raw = encode_names(passed_names)
+            passed = cand.subset(passed_names, passed_rows, passed_raw, len(t))
+    reply = encode_filter_names_reply(passed_raw, outcome, state.failed_nodes, t.names)
+    return _FilterReply(VerbResult(reply, counts, len(names)), passed, single)
 
 
 def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
     now = state.clock() if now is None else now
     info = _pod_info(state, args)
-    names, ix, missing = _candidates(state, args)
-    outcome, counts, ix, missing = filter_nodes(state, info, names, now, (ix, missing))
-    if len(outcome.positions) == 1:
-        # kube-scheduler skips prioritize when one node is left and binds it directly.
-        state.assume(info, names[int(outcome.positions[0])])
+    cand = _candidates(state, args)
+    names, ix, missing = cand.names, cand.rows, cand.missing
     if args.nodes is not None:
+        outcome, counts, ix, missing = filter_nodes(state, info, names, now, (ix, missing))
+        if len(outcome.positions) == 1:
+            state.assume(info, names[int(outcome.positions[0])])
         return VerbResult(encode_filter_outcome(args, names, outcome), counts, len(names))
-    t = state.table
-    if missing:
-        passed_raw = encode_names(pick(names, outcome.passed))
-    else:
-        passed_rows = ix.take(outcome.positions)
-        passed_names = t.name_array().take(passed_rows).tolist()
-        passed_raw = encode_names(passed_names)
-        # kube-scheduler's prioritize call for this pod carries exactly these names (when this
-        # is the last filtering extender): their rows are kept for it.
-        t.remember_rows(passed_raw, passed_names, passed_rows, [])
-    reply = encode_filter_names_reply(passed_raw, outcome, state.failed_nodes, t.names)
-    return VerbResult(reply, counts, len(names))
+    key = _memo_key(state, info, cand, "filter")
+    if key is None:
+        codes = _codes(state, info, ix, missing, now)
+        failed_extra, unresolvable = _reservation_verdicts(state, info, names, ix, codes, now)
+        reply = _names_reply(state, cand, *_outcome(info, names, ix, missing, codes, failed_extra, unresolvable))
+    else:  # no unknown names, no reservations: the verdict is the pod shape's
+        reply = memo.verdict(
+            cand,
+            key,
+            state.table,
+            now,
+            lambda ints, bools: _row_code(state, info, ints, bools, now),
+            lambda: _codes(state, info, ix, missing, now),
+            lambda codes: _names_reply(state, cand, *_outcome(info, names, ix, missing, codes, {}, {})),
+        )
+    if reply.single is not None:
+        # kube-scheduler skips prioritize when one node is left and binds it directly.
+        state.assume(info, reply.single)
+    if reply.passed is not None:
+        state.recent.remember(reply.passed)
+    return reply.result
 
 
 def score_nodes(
@@ -208,21 +298,59 @@ def score_nodes(
     return mapped, raw, ix, missing
 
 
+def _score_values(state: ClusterState, info: PodInfo, rows: np.ndarray, now: int) -> np.ndarray:
+    """Scores 0-100 of `rows`, -1 where a row is not valid (no metric, or an expired one)."""
+    raw, valid = la.scores(state.table, rows, info.estimate, info.is_prod, now, state.config.load)
+    return raw if valid.all() else np.where(valid, raw, -1)
+
+
+@dataclass(slots=True)
+class _Scored:
+    body: bytes  # the HostPriorityList
+    best: str  # the node the pod is assumed on
+
+
+def _scored(state: ClusterState, cand: Candidates, values: np.ndarray) -> _Scored:
+    cfg = state.config
+    valid = values >= 0
+    raw = values if valid.all() else np.maximum(values, 0)
+    mapped = la.to_extender_scores(raw, valid, cfg.score_mapping, cfg.score_min_span)
+    # the highest mapped score, then the highest raw one (0-100), then the first such node
+    best = cand.names[int(np.argmax(mapped * 128 + raw))]
+    enc = state.host_priorities
+    enc.ensure(state.table.names)
+    return _Scored(enc.encode(cand.rows, mapped), best)
+
+
 def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
     now = state.clock() if now is None else now
     info = _pod_info(state, args)
-    names, ix, missing = _candidates(state, args)
+    cand = _candidates(state, args)
+    names = cand.names
     if not names:
         return VerbResult(b"[]", candidates=0)
-    mapped, raw, ix, missing = score_nodes(state, info, names, now, (ix, missing))
-    # the highest mapped score, then the highest raw one (0-100), then the first such node
-    best = int(np.argmax(mapped * 128 + raw))
-    state.assume(info, names[best])
-    if missing:
-        return VerbResult(encode_host_priority_list(names, mapped.tolist()), candidates=len(names))
-    enc = state.host_priorities
-    enc.ensure(state.table.names)
-    return VerbResult(enc.encode(ix, mapped), candidates=len(names))
+    t = state.table
+    key = _memo_key(state, info, cand, "prioritize")
+    if key is None:
+        mapped, raw, ix, missing = score_nodes(state, info, names, now, (cand.rows, cand.missing))
+        # the highest mapped score, then the highest raw one (0-100), then the first such node
+        state.assume(info, names[int(np.argmax(mapped * 128 + raw))])
+        if missing:
+            return VerbResult(encode_host_priority_list(names, mapped.tolist()), candidates=len(names))
+        enc = state.host_priorities
+        enc.ensure(t.names)
+        return VerbResult(enc.encode(ix, mapped), candidates=len(names))
+    scored = memo.verdict(
+        cand,
+        key,
+        t,
+        now,
+        lambda ints, bools: la.row_score(ints, bools, info.estimate, info.is_prod, now, state.config.load),
+        lambda: _score_values(state, info, cand.rows, now),
+        lambda values: _scored(state, cand, values),
+    )
+    state.assume(info, scored.best)
+    return VerbResult(scored.body, candidates=len(names))
 
 
 # --------------------------------------------------------------------------- preempt

@@ -20,7 +20,8 @@ from koordcommon.resources import ZERO, Resources, sum_resources
 from koordcommon.schemas import NodeMetric, NodeResource
 
 from . import reservation as rsv
-from .batchfit import batch_request
+from .batchfit import batch_names, batch_request
+from .candidates import RecentCandidates
 from .estimator import (
     EstimatorArgs,
     WorkloadProfile,
@@ -86,6 +87,9 @@ class PodInfo:
     daemonset: bool
     reservation_affinity: bool = False  # the pod may only run on a matching reservation
     reasons: dict[int, str] | None = None  # filter code -> reason, filled on first use
+    # What the load-aware and batch verdicts over a node depend on: pods of one shape (a
+    # ReplicaSet's burst) get the same verdicts. None: verdicts that also depend on who the pod is.
+    shape: tuple | None = None
 
     @property
     def key(self) -> str:
@@ -103,6 +107,7 @@ class ClusterState:
         self.config = config or ExtenderConfig()
         self.clock = clock
         self.table = NodeTable()
+        self.recent = RecentCandidates()  # node lists seen lately, with the verdicts over them
         self.host_priorities = HostPriorityEncoder()
         self.failed_nodes = FailedNodesEncoder()
         self.metrics: dict[str, NodeMetric] = {}
@@ -165,6 +170,9 @@ class ClusterState:
             daemonset=pod.is_daemonset,
             reservation_affinity=rsv.required_reservation(pod) is not None,
         )
+        if not info.reservation_affinity:
+            names = batch_names(pod) if not info.batch.is_zero() else None  # they name the batch reasons
+            info.shape = (info.estimate, info.is_prod, info.batch, info.daemonset, names)
         if pod.uid and pod.resource_version:
             if len(self._pod_cache) > 4096:
                 self._pod_cache.clear()

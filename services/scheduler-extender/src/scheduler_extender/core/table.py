@@ -74,8 +74,10 @@ class NodeTable:
         self._name_array = np.empty(0, dtype=object)
         self.index: dict[str, int] = {}
         self._compacted = 0
-        # (JSON bytes of a node list, table size then, names, rows, unknown positions), newest last
-        self._recent: list[tuple[bytes, int, list, np.ndarray, list[int]]] = []
+        # Rows in the order they were written (the change log): verdicts computed at version v
+        # are brought up to date by redoing only the rows written since.
+        self._changes: list[int] = []
+        self._changes_base = 0  # the version of _changes[0]
         self._ints = np.zeros((len(_INTS), capacity), dtype=np.int64)
         self._bools = np.zeros((len(_BOOLS), capacity), dtype=bool)
         self._bind_columns()
@@ -147,6 +149,7 @@ class NodeTable:
         bools = [(BOOL_INDEX[c], v) for c, v in values.items() if c in BOOL_INDEX]
         if len(ints) + len(bools) != len(values):
             raise KeyError(f"unknown columns: {sorted(set(values) - set(INT_INDEX) - set(BOOL_INDEX))}")
+        self._changed(r)
         if ints:
             idx, vals = zip(*ints)
             self._ints[list(idx), r] = vals
@@ -156,6 +159,24 @@ class NodeTable:
             self._bools[list(idx), r] = vals
             self._n_unknown += was_known - bool(self._bools[_KNOWN, r])
             self._n_no_metric += had_metric - bool(self._bools[_HAS_METRIC, r])
+
+    CHANGE_LOG = 4096  # rows kept in the change log; older verdicts are recomputed whole
+
+    def version(self) -> int:
+        """Counts row writes: equal versions mean no row changed in between."""
+        return self._changes_base + len(self._changes)
+
+    def changed_since(self, version: int) -> list[int] | None:
+        """Rows written since `version` (repeats possible); None when the log no longer reaches back."""
+        k = version - self._changes_base
+        return None if k < 0 else self._changes[k:]
+
+    def _changed(self, r: int) -> None:
+        log = self._changes
+        log.append(r)
+        if len(log) > 2 * self.CHANGE_LOG:
+            del log[: self.CHANGE_LOG]
+            self._changes_base += self.CHANGE_LOG
 
     def all_known(self) -> bool:
         """Every row holds a known node."""
@@ -178,6 +199,7 @@ class NodeTable:
     def add(self, r: int, deltas: np.ndarray) -> None:
         """Add `deltas` (one per int column, in INT_INDEX order) to row r."""
         self._ints[:, r] += deltas
+        self._changed(r)
 
     def pair(self, first: str) -> np.ndarray:
         """The (cpu, memory) columns starting at `first` as one (2, capacity) view: a request
@@ -187,6 +209,7 @@ class NodeTable:
 
     def set_derived(self, r: int, ints: list[int], bools: list[bool]) -> None:
         """Write row r's derived columns, in DERIVED_INT_COLUMNS and DERIVED_BOOL_COLUMNS order."""
+        self._changed(r)
         old_expiry, old_agg = int(self._ints[_EXPIRE_AT, r]), bool(self._bools[_AGG, r].any())
         self._ints[len(INT_COLUMNS) :, r] = ints
         self._bools[len(BOOL_COLUMNS) :, r] = bools
@@ -205,6 +228,7 @@ class NodeTable:
     def copy_row(self, src: NodeTable, r: int, to: int) -> None:
         self._ints[:, to] = src._ints[:, r]
         self._bools[:, to] = src._bools[:, r]
+        self._changed(to)
         self._recount()
 
     def _recount(self) -> None:
@@ -236,24 +260,3 @@ class NodeTable:
             for i in missing:
                 found[i] = 0
         return np.fromiter(found, dtype=np.intp, count=len(found)), missing
-
-    RECENT_LISTS = 8
-
-    def cached_rows(self, raw: bytes) -> tuple[list, np.ndarray, list[int]] | None:
-        """Names, rows and unknown positions of a node list seen lately, by its JSON bytes.
-
-        kube-scheduler sends prioritize exactly the names the filter passed, and while the
-        cluster is steady each pod's filter gets the same candidates as the last one's. Rows
-        never move, so a hit stays right until a name that was unknown gets a row.
-        """
-        for entry in reversed(self._recent):
-            if entry[0] == raw:
-                if entry[4] and entry[1] != len(self.names):
-                    return None
-                return entry[2], entry[3], entry[4]
-        return None
-
-    def remember_rows(self, raw: bytes, names: list, ix: np.ndarray, missing: list[int]) -> None:
-        ix.flags.writeable = False  # shared by every request that hits it
-        self._recent = [e for e in self._recent if e[0] != raw][-(self.RECENT_LISTS - 1) :]
-        self._recent.append((raw, len(self.names), names, ix, missing))
