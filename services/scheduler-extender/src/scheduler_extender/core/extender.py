@@ -92,7 +92,7 @@ def _candidates(state: ClusterState, args: ExtenderArgs) -> Candidates:
     """The candidate names with their rows, recognised by their bytes when seen lately."""
     raw = args.names_raw
     if raw is not None and (hit := state.recent.find(raw, len(state.table))) is not None:
-        return hit
+        return state.recent.remember(hit)  # the newest again: lists in use are the last dropped
     names = args.candidate_names()
     ix, missing = _rows(state, names)
     c = Candidates(names, ix, missing, raw, len(state.table))
