@@ -22,6 +22,7 @@ from scheduler_extender.core import memo, wire
 from scheduler_extender.core.candidates import Candidates, RecentCandidates
 from scheduler_extender.core.extender import filter_request, prioritize_request
 from scheduler_extender.core.table import NodeTable
+from scheduler_extender.core.wire import HostPriorityEncoder
 from test_batch_reservation import _reservation_obj
 from test_loadaware import make_state
 
@@ -123,15 +124,20 @@ def ask(tw: Twin, verb, p, names: list[str]) -> bytes:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_kept_verdicts_answer_as_judging_afresh(seed, monkeypatch):
-    outcomes = {"reused": 0, "patched": 0, "judged whole": 0}
-    real = memo.brought_up_to_date
+    outcomes = {"reused": 0, "patched": 0, "judged whole": 0, "scores rewritten in place": 0}
+    real, real_patch = memo.brought_up_to_date, HostPriorityEncoder.patch
 
     def counting(kept, *args):
-        values = real(kept, *args)
-        outcomes["judged whole" if values is None else "reused" if values is kept.values else "patched"] += 1
-        return values
+        got = real(kept, *args)
+        outcomes["judged whole" if got is None else "patched" if got[1] else "reused"] += 1
+        return got
+
+    def counting_patch(*args):
+        outcomes["scores rewritten in place"] += 1
+        return real_patch(*args)
 
     monkeypatch.setattr(memo, "brought_up_to_date", counting)
+    monkeypatch.setattr(HostPriorityEncoder, "patch", counting_patch)
     rng = random.Random(seed)
     tw = Twin()
     for name in NODES:
@@ -240,3 +246,16 @@ def test_recent_lists_are_found_by_their_bytes_while_right():
     for i in range(RecentCandidates.LIMIT):
         recent.remember(Candidates([], np.zeros(0, dtype=np.intp), [], b"[%d]" % i, 1))
     assert recent.find(b'["a"]', 1) is None
+
+
+@pytest.mark.parametrize("at", [[0], [2], [3], [0, 1, 2, 3], []])
+def test_host_priorities_rewritten_in_place_equal_a_fresh_encoding(at):
+    enc = HostPriorityEncoder()
+    enc.ensure(["a", "bb", "node-ccc", "d"])
+    rows = np.array([3, 0, 2, 1], dtype=np.intp)
+    before = np.array([1, 2, 3, 4])
+    after = before.copy()
+    after[at] = [10, 0, 7, 9][: len(at)]
+    patched = enc.patch(enc.encode(rows, before), rows, after, at)
+    assert patched == enc.encode(rows, after)
+    assert wire.decode_host_priority_list(patched) == list(zip(["d", "a", "node-ccc", "bb"], after.tolist()))

@@ -261,7 +261,9 @@ def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = No
             now,
             lambda ints, bools: _row_code(state, info, ints, bools, now),
             lambda: _codes(state, info, ix, missing, now),
-            lambda codes: _names_reply(state, cand, *_outcome(info, names, ix, missing, codes, {}, {})),
+            lambda codes, _before, _changed: _names_reply(
+                state, cand, *_outcome(info, names, ix, missing, codes, {}, {})
+            ),
         )
     if reply.single is not None:
         # kube-scheduler skips prioritize when one node is left and binds it directly.
@@ -308,18 +310,43 @@ def _score_values(state: ClusterState, info: PodInfo, rows: np.ndarray, now: int
 class _Scored:
     body: bytes  # the HostPriorityList
     best: str  # the node the pod is assumed on
+    mapped: np.ndarray  # 0-10 per candidate
+    table: np.ndarray | None  # the 0-100 -> 0-10 table they were mapped by
+    width: int  # the encoder's entry width the body was written at
 
 
-def _scored(state: ClusterState, cand: Candidates, values: np.ndarray) -> _Scored:
+def _scored(
+    state: ClusterState, cand: Candidates, values: np.ndarray, before: _Scored | None, changed: list[int] | None
+) -> _Scored:
+    """The HostPriorityList of `values` (0-100, -1 where not valid). From `before` (over the same
+    candidates, with the values at `changed` since changed): when the mapping table is the same,
+    only those candidates' levels can differ, and only their entries are rewritten."""
     cfg = state.config
     valid = values >= 0
-    raw = values if valid.all() else np.maximum(values, 0)
-    mapped = la.to_extender_scores(raw, valid, cfg.score_mapping, cfg.score_min_span)
-    # the highest mapped score, then the highest raw one (0-100), then the first such node
-    best = cand.names[int(np.argmax(mapped * 128 + raw))]
+    all_valid = bool(valid.all())
+    raw = values if all_valid else np.maximum(values, 0)
     enc = state.host_priorities
     enc.ensure(state.table.names)
-    return _Scored(enc.encode(cand.rows, mapped), best)
+    table = la.score_table(raw, valid, cfg.score_mapping, cfg.score_min_span, all_valid)
+    if (
+        before is not None
+        and changed is not None
+        and table is not None
+        and table is before.table
+        and enc.width == before.width
+    ):
+        levels = table.take(raw.take(changed))
+        if not all_valid:
+            levels[~valid.take(changed)] = 0
+        mapped = before.mapped.copy()
+        mapped[changed] = levels
+        body = enc.patch(before.body, cand.rows, mapped, changed)
+    else:
+        mapped = la.map_scores(raw, valid, table, all_valid)
+        body = enc.encode(cand.rows, mapped)
+    # the highest mapped score, then the highest raw one (0-100), then the first such node
+    best = cand.names[int(np.argmax(mapped * 128 + raw))]
+    return _Scored(body, best, mapped, table, enc.width)
 
 
 def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
@@ -347,7 +374,7 @@ def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None 
         now,
         lambda ints, bools: la.row_score(ints, bools, info.estimate, info.is_prod, now, state.config.load),
         lambda: _score_values(state, info, cand.rows, now),
-        lambda values: _scored(state, cand, values),
+        lambda values, before, changed: _scored(state, cand, values, before, changed),
     )
     state.assume(info, scored.best)
     return VerbResult(scored.body, candidates=len(names))

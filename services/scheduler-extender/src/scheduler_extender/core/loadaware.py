@@ -235,7 +235,6 @@ def _pct(v) -> int:
 # --------------------------------------------------------------------------- per-node limits
 
 
-
 def usage_percent(used: int, alloc: int) -> int:
     """round(used / allocatable x 100) as Koordinator computes it (float64, halves up)."""
     return math.floor(used / alloc * 100 + 0.5)
@@ -331,7 +330,9 @@ _SFREE, _PSFREE = _cols("sfree_cpu", "sfree_mem"), _cols("psfree_cpu", "psfree_m
 _BATCH = _cols("breq_cpu", "breq_mem", "bfree_cpu", "bfree_mem")
 
 
-def shift_row(t: NodeTable, r: int, delta: Resources, prod_delta: Resources, batch: Resources, args: LoadAwareArgs) -> None:
+def shift_row(
+    t: NodeTable, r: int, delta: Resources, prod_delta: Resources, batch: Resources, args: LoadAwareArgs
+) -> None:
     """Add a pod the node's metric does not report, or take it away, without recomputing the row.
 
     Such a pod's estimate joins every usage sum in full (what `node_load` over the pods with it
@@ -512,19 +513,32 @@ def to_extender_scores(score: np.ndarray, valid: np.ndarray, mapping: str = "ran
     metric) get 0.
     """
     all_valid = bool(valid.all())
-    if not all_valid and not valid.any():
+    return map_scores(score, valid, score_table(score, valid, mapping, min_span, all_valid), all_valid)
+
+
+def map_scores(score: np.ndarray, valid: np.ndarray, table: np.ndarray | None, all_valid: bool) -> np.ndarray:
+    """0-10 per candidate by `table` (see `score_table`), 0 where not valid."""
+    if table is None:
         return np.zeros(len(score), dtype=np.int64)
-    if mapping == "absolute":
-        lut = _ABSOLUTE
-    else:
-        v = score if all_valid else score[valid]
-        hi = int(v.max())
-        lut = _range_lut(hi, max(hi - int(v.min()), min_span, 1))
     # scores are whole points 0-100: the mapping is a table lookup per candidate
-    out = lut.take(score, mode="clip")
+    out = table.take(score, mode="clip")
     if not all_valid:
         out[~valid] = 0
     return out
+
+
+def score_table(
+    score: np.ndarray, valid: np.ndarray, mapping: str, min_span: int, all_valid: bool
+) -> np.ndarray | None:
+    """The 0-100 -> 0-10 table `to_extender_scores` maps these candidates by (None: none is
+    valid). Tables are shared: the same table object means the same mapping."""
+    if not all_valid and not valid.any():
+        return None
+    if mapping == "absolute":
+        return _ABSOLUTE
+    v = score if all_valid else score[valid]
+    hi = int(v.max())
+    return _range_lut(hi, max(hi - int(v.min()), min_span, 1))
 
 
 _POINTS = np.arange(101, dtype=np.int64)

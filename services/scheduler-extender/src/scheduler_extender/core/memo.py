@@ -42,22 +42,26 @@ def verdict(
     now: int,
     judge_row: Callable[[list[int], list[bool]], int],
     judge_all: Callable[[], np.ndarray],
-    answer: Callable[[np.ndarray], Any],
+    answer: Callable[[np.ndarray, Any, list[int] | None], Any],
 ) -> Any:
     """The answer over `cand` for the verdict kept under `key`: reused when no candidate's value
     changed, else answered again from the values, patched row by row (`judge_row`) where that
-    is possible and judged whole (`judge_all`) where not; then kept for the next request."""
+    is possible and judged whole (`judge_all`) where not; then kept for the next request.
+    `answer(values, previous answer, positions changed since)` may reuse the previous answer
+    (None, None: there is none to reuse)."""
     kept = cand.verdicts.get(key)
-    values = None if kept is None else brought_up_to_date(kept, t, cand, now, judge_row)
-    if kept is not None and values is kept.values:
+    patched = None if kept is None else brought_up_to_date(kept, t, cand, now, judge_row)
+    if patched is not None and not patched[1]:
         return kept.reply
     version = t.version()
-    if values is None:
+    if patched is None:
         values = judge_all()
         until = horizon(t, cand.rows, now)
+        reply = answer(values, None, None)
     else:
+        values, changed = patched
         until = kept.until
-    reply = answer(values)
+        reply = answer(values, kept.reply, changed)
     cand.keep(key, Verdict(version, until, values, reply))
     return reply
 
@@ -71,11 +75,11 @@ def horizon(t: NodeTable, rows: np.ndarray, now: int) -> int:
 
 def brought_up_to_date(
     kept: Verdict, t: NodeTable, cand: Candidates, now: int, judge: Callable[[list[int], list[bool]], int]
-) -> np.ndarray | None:
-    """The kept values as of now: `kept.values` itself when no candidate's value changed (`kept`
-    then holds for the current version), a patched copy when some did, None when the kept
-    verdict cannot be brought up to date (its time is up, or too many rows changed).
-    `judge(ints, bools)` gives one row's value from its columns."""
+) -> tuple[np.ndarray, list[int]] | None:
+    """The kept values as of now, with the positions whose value changed: (`kept.values`, [])
+    when none did (`kept` then holds for the current version), a patched copy otherwise; None
+    when the kept verdict cannot be brought up to date (its time is up, or too many rows
+    changed). `judge(ints, bools)` gives one row's value from its columns."""
     if now >= kept.until:
         return None
     changed = t.changed_since(kept.version)
@@ -83,22 +87,22 @@ def brought_up_to_date(
         return None
     version = t.version()
     at = cand.positions_of(changed) if changed else {}
-    if not at:
-        kept.version = version
-        return kept.values
     until = kept.until
-    fresh = []
-    for r in at.values():
+    moved: list[tuple[int, int]] = []
+    old = kept.values
+    for i, r in at.items():
         ints, bools = t.row_values(r)
         expiry = ints[_EXPIRE_AT]
         if now < expiry < until:
             until = expiry
-        fresh.append(judge(ints, bools))
+        value = judge(ints, bools)
+        if value != old[i]:
+            moved.append((i, value))
     kept.until = until
-    positions = list(at)
-    if kept.values.take(positions).tolist() == fresh:
+    if not moved:
         kept.version = version
-        return kept.values
-    values = kept.values.copy()
-    values[positions] = fresh
-    return values
+        return old, []
+    values = old.copy()
+    positions = [i for i, _ in moved]
+    values[positions] = [v for _, v in moved]
+    return values, positions

@@ -471,6 +471,14 @@ class RowEntries:
             self._matrix[start + i, : len(entry)] = np.frombuffer(entry, dtype=np.uint8)
         self._filled = n
 
+    @property
+    def width(self) -> int:
+        """Bytes per entry (entries widen when a longer one is added)."""
+        return self._matrix.shape[1]
+
+    def entry(self, row: int, variant: int = 0) -> bytes:
+        return self._matrix[row * self.variants + variant].tobytes()
+
     def join(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> memoryview:
         """The members of `rows` (after `ensure` covered them), each in its variant, comma-joined
         (a view of fresh bytes: callers join it into the reply without another copy)."""
@@ -493,6 +501,24 @@ class HostPriorityEncoder:
     def encode(self, rows: np.ndarray, scores: np.ndarray) -> bytes:
         """Entries for `rows` (table rows) with `scores` (0-10), in that order."""
         return b"".join((b"[", self._rows.join(rows, scores), b"]"))
+
+    @property
+    def width(self) -> int:
+        return self._rows.width
+
+    def patch(self, body: bytes, rows: np.ndarray, scores: np.ndarray, at: list[int]) -> bytes:
+        """`body`, an `encode(rows, ...)` at the current width, with the entries at positions
+        `at` rewritten for `scores`: entry i fills bytes [i x width, (i + 1) x width), the first
+        one behind the opening bracket in place of its comma."""
+        w = self._rows.width
+        out = bytearray(body)
+        for i in at:
+            entry = self._rows.entry(int(rows[i]), int(scores[i]))
+            if i:
+                out[i * w : (i + 1) * w] = entry
+            else:
+                out[1:w] = entry[1:]
+        return bytes(out)
 
 
 class FailedNodesEncoder:
