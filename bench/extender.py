@@ -9,6 +9,10 @@ both requests plus orjson encode of both replies, each measured in the same plac
 as the call it stands for (after the same scheduler-side work), so both see the caches alike.
 The goal is p99 within 2x the floor.
 
+Cases per size: one pod scheduled again and again (the same payloads each round, in both
+request forms), then, informative, a burst of new pods of one shape (a ReplicaSet scaling up,
+NodeNames form): each pod is parsed once, and the nodes fill up as the burst goes on.
+
     .venv/bin/python bench/extender.py [--iterations 1000] [--sizes 1000,5000]
 """
 
@@ -187,49 +191,57 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, int(len(s) * p) - 1))]
 
 
+def burst_pod(i: int) -> dict:
+    """The i-th pod of a ReplicaSet's burst: the same template, its own name and uid."""
+    meta = {**POD["metadata"], "name": f"web-7d9c-{i:05d}", "uid": f"uid-web-7d9c-{i:05d}"}
+    return {**POD, "metadata": meta}
+
+
 async def run_case(
-    n: int, cache_capable: bool, iterations: int, budget_s: float, client: Asgi, items: list[dict]
+    n: int, cache_capable: bool, burst: bool, iterations: int, budget_s: float, client: Asgi, items: list[dict]
 ) -> dict:
     names = [it["metadata"]["name"] for it in items]
     nodes = None if cache_capable else {"metadata": {"resourceVersion": "1"}, "items": items}
-    filter_body = wire.encode_extender_args(POD, nodes, names if cache_capable else None)
+    counter = iter(range(10**9))
 
-    def prioritize_body(res: dict) -> bytes:
+    def filter_body() -> tuple[dict, bytes]:
+        pod = burst_pod(next(counter)) if burst else POD
+        return pod, wire.encode_extender_args(pod, nodes, names if cache_capable else None)
+
+    def prioritize_body(pod: dict, res: dict) -> bytes:
         if cache_capable:  # the prioritize request holds the survivors, as kube-scheduler sends them
-            return wire.encode_extender_args(POD, None, res["NodeNames"])
-        return wire.encode_extender_args(POD, {"metadata": {"resourceVersion": "1"}, "items": res["Nodes"]["items"]}, None)
-
-    # Our replies, decoded once: the floor encodes them.
-    fr = await client.post("/filter", filter_body)
-    fobj = orjson.loads(fr)
-    prio_body = prioritize_body(fobj)
-    pobj = orjson.loads(await client.post("/prioritize", prio_body))
+            return wire.encode_extender_args(pod, None, res["NodeNames"])
+        return wire.encode_extender_args(pod, {"metadata": {"resourceVersion": "1"}, "items": res["Nodes"]["items"]}, None)
 
     async def one_round() -> tuple[float, float, int]:
+        pod, body = filter_body()  # the scheduler's, before the call
         # The extender's calls, with the scheduler's own work between them (reading the filter
         # reply, writing the prioritize request, reading the scores).
         t0 = time.perf_counter()
-        fr = await client.post("/filter", filter_body)
+        fr = await client.post("/filter", body)
         t1 = time.perf_counter()
-        body = prioritize_body(orjson.loads(fr))
+        fobj = orjson.loads(fr)
+        prio_body = prioritize_body(pod, fobj)
         t2 = time.perf_counter()
-        pr = await client.post("/prioritize", body)
+        pr = await client.post("/prioritize", prio_body)
         t3 = time.perf_counter()
-        n = len(orjson.loads(pr))
+        pobj = orjson.loads(pr)
         # The floor in the same place: decode each request and encode each reply, with the same
         # scheduler work between, so both see the caches in the same state.
         f0 = time.perf_counter()
-        orjson.loads(filter_body)
+        orjson.loads(body)
         orjson.dumps(fobj)
         f1 = time.perf_counter()
-        prioritize_body(orjson.loads(fr))
+        prioritize_body(pod, orjson.loads(fr))
         f2 = time.perf_counter()
         orjson.loads(prio_body)
         orjson.dumps(pobj)
         f3 = time.perf_counter()
         orjson.loads(pr)
-        return (t1 - t0) + (t3 - t2), (f1 - f0) + (f3 - f2), n
+        return (t1 - t0) + (t3 - t2), (f1 - f0) + (f3 - f2), len(pobj)
 
+    for _ in range(5):  # first calls encode the reply entries of every node
+        await one_round()
     warm = time.perf_counter()
     for _ in range(5):
         _, _, passed = await one_round()
@@ -244,6 +256,7 @@ async def run_case(
     return {
         "nodes": n,
         "cache_capable": cache_capable,
+        "burst": burst,
         "passed": passed,
         "rounds": rounds,
         "p50_ms": pct(total, 0.50) * 1e3,
@@ -270,25 +283,29 @@ async def main() -> int:
         client = Asgi(api.create_app(st))
         items = [kube_node(f"node-{i:05d}") for i in range(n)]
         tune_gc()  # what the service does once the cluster is listed
-        for cache_capable in (True, False):
+        # one pod again and again (the issue's payloads), in both forms; then a burst of new
+        # pods of one shape, which also pays for parsing each pod (it runs last: it fills nodes)
+        for cache_capable, burst in ((True, False), (False, False), (True, True)):
             gc.collect()
-            rows.append(await run_case(n, cache_capable, args.iterations, args.budget, client, items))
+            rows.append(await run_case(n, cache_capable, burst, args.iterations, args.budget, client, items))
     print(
-        f"{'nodes':>6} {'form':>9} {'passed':>6} {'rounds':>6} {'p50 ms':>8} {'p99 ms':>8} {'floor p50':>10} {'floor p99':>10} "
+        f"{'nodes':>6} {'form':>9} {'pods':>7} {'passed':>6} {'rounds':>6} {'p50 ms':>8} {'p99 ms':>8} {'floor p50':>10} {'floor p99':>10} "
         f"{'p50/floor':>9} {'p99/floor':>9}"
     )
-    worst = 0.0
+    worst = {False: 0.0, True: 0.0}
     for r in rows:
         ratio50 = r["p50_ms"] / r["floor_p50_ms"]
         ratio99 = r["p99_ms"] / r["floor_p99_ms"]
-        worst = max(worst, ratio99)
+        worst[r["burst"]] = max(worst[r["burst"]], ratio99)
         form = "NodeNames" if r["cache_capable"] else "Nodes"
+        pods = "burst" if r["burst"] else "one"
         print(
-            f"{r['nodes']:>6} {form:>9} {r['passed']:>6} {r['rounds']:>6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['floor_p50_ms']:>10.2f} "
+            f"{r['nodes']:>6} {form:>9} {pods:>7} {r['passed']:>6} {r['rounds']:>6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['floor_p50_ms']:>10.2f} "
             f"{r['floor_p99_ms']:>10.2f} {ratio50:>9.2f} {ratio99:>9.2f}"
         )
     print(
-        f"worst p99 / floor p99: {worst:.2f} (goal <= 2.0); gc thresholds {gc.get_threshold()}; runtime {time.perf_counter() - started:.1f} s"
+        f"worst p99 / floor p99: {worst[False]:.2f} (goal <= 2.0); burst of new pods: {worst[True]:.2f} (informative); "
+        f"gc thresholds {gc.get_threshold()}; runtime {time.perf_counter() - started:.1f} s"
     )
     return 0
 
