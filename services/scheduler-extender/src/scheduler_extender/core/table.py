@@ -3,7 +3,8 @@
 kube-scheduler sends up to thousands of node names per call; judging them one Python object at
 a time would cost more than decoding the request. Each node owns one row; the state rewrites
 that row when its metric, pods, batch allocatable or reservations change, and a request reads
-whole columns for the candidate rows at once.
+whole columns for the candidate rows at once. Every write is logged by row, so that verdicts
+kept from an earlier request are brought up to date by judging the rows written since.
 """
 
 from __future__ import annotations
