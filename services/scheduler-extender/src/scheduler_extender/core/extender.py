@@ -20,7 +20,7 @@ from . import memo
 from . import reservation as rsv
 from .batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes, batch_names, row_batch_code
 from .candidates import Candidates
-from .loadaware import node_load
+from .loadaware import map_scores, node_load, score_table
 from .state import ClusterState, PodInfo
 from .table import BOOL_INDEX, NodeTable
 from .wire import (
@@ -322,30 +322,27 @@ def _scored(
     candidates, with the values at `changed` since changed): when the mapping table is the same,
     only those candidates' levels can differ, and only their entries are rewritten."""
     cfg = state.config
-    valid = values >= 0
-    all_valid = bool(valid.all())
-    raw = values if all_valid else np.maximum(values, 0)
     enc = state.host_priorities
     enc.ensure(state.table.names)
-    table = la.score_table(raw, valid, cfg.score_mapping, cfg.score_min_span, all_valid)
-    if (
-        before is not None
-        and changed is not None
-        and table is not None
-        and table is before.table
-        and enc.width == before.width
-    ):
-        levels = table.take(raw.take(changed))
-        if not all_valid:
-            levels[~valid.take(changed)] = 0
+    lo = int(values.min())
+    if lo >= 0:
+        raw, valid, hi = values, None, int(values.max())
+    else:
+        valid = values >= 0
+        raw = np.maximum(values, 0)
+        scored = values[valid]
+        hi, lo = (int(scored.max()), int(scored.min())) if len(scored) else (-1, -1)
+    table = score_table(hi, lo, cfg.score_mapping, cfg.score_min_span) if hi >= 0 else None
+    if table is not None and before is not None and changed and table is before.table and enc.width == before.width:
         mapped = before.mapped.copy()
-        mapped[changed] = levels
+        mapped[changed] = [int(table[raw[i]]) if values[i] >= 0 else 0 for i in changed]
         body = enc.patch(before.body, cand.rows, mapped, changed)
     else:
-        mapped = la.map_scores(raw, valid, table, all_valid)
+        mapped = map_scores(raw, valid, table, valid is None)
         body = enc.encode(cand.rows, mapped)
-    # the highest mapped score, then the highest raw one (0-100), then the first such node
-    best = cand.names[int(np.argmax(mapped * 128 + raw))]
+    # the highest mapped score, then the highest 0-100 one, then the first such node: the tables
+    # never decrease, so that is the first valid node with the highest 0-100 score
+    best = cand.names[int(np.argmax(values))]
     return _Scored(body, best, mapped, table, enc.width)
 
 

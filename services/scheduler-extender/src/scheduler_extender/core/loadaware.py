@@ -513,7 +513,9 @@ def to_extender_scores(score: np.ndarray, valid: np.ndarray, mapping: str = "ran
     metric) get 0.
     """
     all_valid = bool(valid.all())
-    return map_scores(score, valid, score_table(score, valid, mapping, min_span, all_valid), all_valid)
+    v = score if all_valid else score[valid]
+    table = score_table(int(v.max()), int(v.min()), mapping, min_span) if len(v) else None
+    return map_scores(score, valid, table, all_valid)
 
 
 def map_scores(score: np.ndarray, valid: np.ndarray, table: np.ndarray | None, all_valid: bool) -> np.ndarray:
@@ -527,18 +529,13 @@ def map_scores(score: np.ndarray, valid: np.ndarray, table: np.ndarray | None, a
     return out
 
 
-def score_table(
-    score: np.ndarray, valid: np.ndarray, mapping: str, min_span: int, all_valid: bool
-) -> np.ndarray | None:
-    """The 0-100 -> 0-10 table `to_extender_scores` maps these candidates by (None: none is
-    valid). Tables are shared: the same table object means the same mapping."""
-    if not all_valid and not valid.any():
-        return None
+def score_table(hi: int, lo: int, mapping: str, min_span: int) -> np.ndarray:
+    """The 0-100 -> 0-10 table `to_extender_scores` maps candidates by, given the highest and
+    lowest valid score. Tables are shared: the same object means the same mapping. Every table
+    is non-decreasing, so the highest mapped score goes with the highest 0-100 one."""
     if mapping == "absolute":
         return _ABSOLUTE
-    v = score if all_valid else score[valid]
-    hi = int(v.max())
-    return _range_lut(hi, max(hi - int(v.min()), min_span, 1))
+    return _range_lut(hi, max(hi - lo, min_span, 1))
 
 
 _POINTS = np.arange(101, dtype=np.int64)
