@@ -259,3 +259,19 @@ def test_host_priorities_rewritten_in_place_equal_a_fresh_encoding(at):
     patched = enc.patch(enc.encode(rows, before), rows, after, at)
     assert patched == enc.encode(rows, after)
     assert wire.decode_host_priority_list(patched) == list(zip(["d", "a", "node-ccc", "bb"], after.tolist()))
+
+
+def test_the_pod_is_assumed_on_a_valid_node_before_one_without_a_metric():
+    # a has no metric (not valid, 0); b is full (valid, 0 points): b still ranks first
+    for raw_form in (True, False):
+        st = make_state()
+        st.apply_node(node("a"))
+        st.apply_node(node("b"))
+        st.apply_metric(metric("b", 32000, 64 * Gi, ts=st.clock() - 1000))
+        p = pod_to_k8s(guaranteed("p", 1000, Gi))
+        args = wire.decode_extender_args(wire.encode_extender_args(p, None, ["a", "b"]))
+        if not raw_form:
+            args = wire.ExtenderArgs(p, None, ["a", "b"])
+        scores = wire.decode_host_priority_list(prioritize_request(st, args).body)
+        assert scores == [("a", 0), ("b", 10)]
+        assert st.assumed["default/p"].node == "b"

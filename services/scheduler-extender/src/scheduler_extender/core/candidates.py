@@ -18,7 +18,7 @@ class Candidates:
 
     __slots__ = ("_distinct", "_position", "missing", "names", "raw", "rows", "table_size", "verdicts")
 
-    MAX_VERDICTS = 16  # pod shapes kept per list, the oldest dropped first
+    MAX_VERDICTS = 8  # pod shapes kept per list, the oldest dropped first (each holds a reply)
 
     def __init__(
         self,
