@@ -2,10 +2,11 @@
 
 kube-scheduler places the pods of a burst one after another: pods of one shape (a ReplicaSet's,
 a Job's) over the same candidate list, with only a few rows changed between two of them (the
-node the last pod was assumed on, a metric that arrived). As kube-scheduler's former
-equivalence cache did, the verdicts over a list are kept per pod shape; unlike it, a node's
-change does not throw them away: only the candidates whose rows changed since are judged
-again, by the same vectorised code on those rows alone.
+node the last pod was assumed on, a metric that arrived). As kube-scheduler's equivalence-class
+cache did (Kubernetes 1.8 to 1.12), the verdicts over a list are kept per pod shape and only
+the candidates whose nodes changed since are judged again, one row at a time. That cache was
+dropped because its locks and three-level lookups cost more than the predicates it saved;
+here requests run on one thread and a lookup is one dict get on a list already found.
 
 Besides rows, a verdict depends on the time only through metric expiry: it holds until the
 earliest expiry among its candidates that is still to come (`horizon`).
