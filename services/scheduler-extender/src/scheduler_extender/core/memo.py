@@ -25,7 +25,7 @@ from .table import INT_INDEX, NEVER, NodeTable
 
 _EXPIRE_AT = INT_INDEX["expire_at"]
 
-PATCH_LIMIT = 64  # more changed rows than this: judging the whole list again is as cheap
+PATCH_LIMIT = 64  # more row writes than this (a refresh writes a row thrice): judge the whole list again
 
 
 @dataclass(slots=True)
@@ -68,7 +68,10 @@ def verdict(
 
 
 def horizon(t: NodeTable, rows: np.ndarray, now: int) -> int:
-    """The earliest metric expiry after `now` among `rows` (NEVER when none is to come)."""
+    """The earliest metric expiry after `now` among `rows` (NEVER when none is to come).
+
+    Filter and score both change with time only there: `derive_row` ends a row's score
+    validity when its metric expires, and a row without a metric never changes with time."""
     expiry = t.expire_at.take(rows)
     later = expiry[expiry > now]
     return int(later.min()) if len(later) else NEVER
