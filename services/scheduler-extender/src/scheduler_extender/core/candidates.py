@@ -16,7 +16,7 @@ import numpy as np
 class Candidates:
     """One node list: names, their table rows, positions of names the table does not know."""
 
-    __slots__ = ("_distinct", "_position", "missing", "names", "raw", "rows", "table_size", "verdicts")
+    __slots__ = ("_distinct", "_position", "missing", "names", "parent", "raw", "rows", "table_size", "verdicts")
 
     MAX_VERDICTS = 8  # pod shapes kept per list, the oldest dropped first (each holds a reply)
 
@@ -36,6 +36,9 @@ class Candidates:
         self.table_size = table_size  # rows in the table when the names were looked up
         self.verdicts: dict[Any, Any] = {}  # (verb, pod shape) -> the last verdict over this list
         self._distinct = distinct  # no row twice (None: not checked yet)
+        # the list this one took over from (a filter's passed list before its outcome changed):
+        # its verdicts seed this list's first ones
+        self.parent: Candidates | None = None
         self._position: np.ndarray | None = None  # table row -> position in the list, -1 if absent
 
     @property
@@ -64,6 +67,15 @@ class Candidates:
             if r < n and (i := int(where[r])) >= 0:
                 out[i] = r
         return out
+
+    def positions_in(self, other: Candidates) -> np.ndarray:
+        """Each of this list's rows' position in `other`, -1 where `other` does not hold it."""
+        where = other._where()
+        inside = self.rows < len(where)
+        at = where.take(self.rows, mode="clip")
+        if not inside.all():
+            at[~inside] = -1
+        return at
 
     def subset(self, names: list, rows: np.ndarray, raw: bytes, table_size: int) -> Candidates:
         """A list of some of these candidates (distinct when these are)."""

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-from koordcommon.kube_codec import pod_from_k8s
+from koordcommon.kube_codec import pod_from_json, pod_from_k8s
 from koordcommon.records import PodRecord
 from koordcommon.resources import ZERO, sum_resources
 
@@ -59,6 +59,13 @@ def parse_pod(pod: dict) -> PodRecord:
         raise WireError(f"Pod: {exc}") from None
 
 
+def parse_pod_json(raw: bytes) -> PodRecord:
+    try:
+        return pod_from_json(raw)
+    except ValueError as exc:
+        raise WireError(f"Pod: {exc}") from None
+
+
 def _reason_table(info: PodInfo) -> dict[int, str]:
     if info.reasons is None:
         reasons = {UNKNOWN: REASON_UNKNOWN, **la.REASONS}
@@ -84,7 +91,7 @@ def _rows(state: ClusterState, names: list) -> tuple[np.ndarray, list[int]]:
 
 def _pod_info(state: ClusterState, args: ExtenderArgs) -> PodInfo:
     if args.pod_raw is not None:
-        return state.pod_info_raw(args.pod_raw, lambda: args.pod, parse_pod)
+        return state.pod_info_raw(args.pod_raw, parse_pod_json)
     return state.pod_info_json(args.pod, parse_pod)
 
 
@@ -217,7 +224,15 @@ class _FilterReply:
     single: str | None  # the only node that passed: kube-scheduler binds it without prioritize
 
 
-def _names_reply(state: ClusterState, cand: Candidates, outcome: FilterOutcome, counts: dict[str, int]) -> _FilterReply:
+def _names_reply(
+    state: ClusterState,
+    cand: Candidates,
+    outcome: FilterOutcome,
+    counts: dict[str, int],
+    before: _FilterReply | None = None,
+) -> _FilterReply:
+    """The reply to a NodeNames filter; `before`, the previous reply of the pod shape over the
+    same candidates, hands its passed list on as the new one's parent."""
     t = state.table
     names = cand.names
     single = names[int(outcome.positions[0])] if len(outcome.positions) == 1 else None
@@ -234,6 +249,9 @@ def _names_reply(state: ClusterState, cand: Candidates, outcome: FilterOutcome, 
             passed_names = t.name_array().take(passed_rows).tolist()
             passed_raw = encode_names(passed_names)
             passed = cand.subset(passed_names, passed_rows, passed_raw, len(t))
+            if before is not None and before.passed is not None and before.passed is not cand:
+                before.passed.parent = None  # one generation back at most
+                passed.parent = before.passed
     reply = encode_filter_names_reply(passed_raw, outcome, state.failed_nodes, t.names)
     return _FilterReply(VerbResult(reply, counts, len(names)), passed, single)
 
@@ -261,8 +279,8 @@ def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = No
             now,
             lambda ints, bools: _row_code(state, info, ints, bools, now),
             lambda: _codes(state, info, ix, missing, now),
-            lambda codes, _before, _changed: _names_reply(
-                state, cand, *_outcome(info, names, ix, missing, codes, {}, {})
+            lambda codes, before, _changed: _names_reply(
+                state, cand, *_outcome(info, names, ix, missing, codes, {}, {}), before
             ),
         )
     if reply.single is not None:

@@ -33,7 +33,7 @@ class Verdict:
     version: int  # the table version it holds for
     until: int  # it holds while now < until
     values: np.ndarray  # one per candidate (filter codes; scores 0-100, -1 where not valid)
-    reply: Any  # what the verb answered from the values
+    reply: Any  # what the verb answered from the values (None: not answered yet)
 
 
 def verdict(
@@ -51,8 +51,10 @@ def verdict(
     `answer(values, previous answer, positions changed since)` may reuse the previous answer
     (None, None: there is none to reuse)."""
     kept = cand.verdicts.get(key)
+    if kept is None and cand.parent is not None:
+        kept = inherited(cand, key, t, now, judge_row)
     patched = None if kept is None else brought_up_to_date(kept, t, cand, now, judge_row)
-    if patched is not None and not patched[1]:
+    if patched is not None and not patched[1] and kept.reply is not None:
         return kept.reply
     version = t.version()
     if patched is None:
@@ -65,6 +67,32 @@ def verdict(
         reply = answer(values, kept.reply, changed)
     cand.keep(key, Verdict(version, until, values, reply))
     return reply
+
+
+def inherited(
+    cand: Candidates, key: Any, t: NodeTable, now: int, judge_row: Callable[[list[int], list[bool]], int]
+) -> Verdict | None:
+    """A first verdict over `cand` from the one kept over its parent list, with no answer yet:
+    the values of the rows both lists hold are carried over (brought up to date), the others
+    judged one by one. None when the parent has nothing usable."""
+    parent, cand.parent = cand.parent, None  # used once: the parent list may go
+    kept = parent.verdicts.get(key) if parent is not None else None
+    got = None if kept is None else brought_up_to_date(kept, t, parent, now, judge_row)
+    if got is None:
+        return None
+    at = cand.positions_in(parent)
+    values = got[0].take(at)
+    until = kept.until
+    fresh = (at < 0).nonzero()[0].tolist()
+    if len(fresh) > PATCH_LIMIT:
+        return None
+    for i in fresh:
+        ints, bools = t.row_values(int(cand.rows[i]))
+        expiry = ints[_EXPIRE_AT]
+        if now < expiry < until:
+            until = expiry
+        values[i] = judge_row(ints, bools)
+    return Verdict(t.version(), until, values, None)
 
 
 def horizon(t: NodeTable, rows: np.ndarray, now: int) -> int:

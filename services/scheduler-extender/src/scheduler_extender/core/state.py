@@ -143,11 +143,11 @@ class ClusterState:
                     return hit
         return self.pod_info(parse(obj))
 
-    def pod_info_raw(self, raw: bytes, obj: Callable[[], dict[str, Any]], parse) -> PodInfo:
+    def pod_info_raw(self, raw: bytes, parse: Callable[[bytes], PodRecord]) -> PodInfo:
         """PodInfo of a Pod by its JSON bytes: prioritize repeats the filter's pod byte for byte."""
         hit = self._raw_pods.get(raw)
         if hit is None:
-            hit = self.pod_info_json(obj(), parse)
+            hit = self.pod_info(parse(raw))
             if len(self._raw_pods) >= 256:
                 self._raw_pods.clear()
             self._raw_pods[raw] = hit
