@@ -124,8 +124,8 @@ def ask(tw: Twin, verb, p, names: list[str]) -> bytes:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_kept_verdicts_answer_as_judging_afresh(seed, monkeypatch):
-    outcomes = {"reused": 0, "patched": 0, "judged whole": 0, "scores rewritten in place": 0}
-    real, real_patch = memo.brought_up_to_date, HostPriorityEncoder.patch
+    outcomes = {"reused": 0, "patched": 0, "judged whole": 0, "scores rewritten in place": 0, "carried over": 0}
+    real, real_patch, real_inherited = memo.brought_up_to_date, HostPriorityEncoder.patch, memo.inherited
 
     def counting(kept, *args):
         got = real(kept, *args)
@@ -136,7 +136,13 @@ def test_kept_verdicts_answer_as_judging_afresh(seed, monkeypatch):
         outcomes["scores rewritten in place"] += 1
         return real_patch(*args)
 
+    def counting_inherited(*args):
+        got = real_inherited(*args)
+        outcomes["carried over"] += got is not None
+        return got
+
     monkeypatch.setattr(memo, "brought_up_to_date", counting)
+    monkeypatch.setattr(memo, "inherited", counting_inherited)
     monkeypatch.setattr(HostPriorityEncoder, "patch", counting_patch)
     rng = random.Random(seed)
     tw = Twin()
