@@ -2,7 +2,8 @@
 
 Decoding is tolerant: missing or wrongly typed fields fall back to defaults, so any object the
 API can hold decodes. Only values that cannot mean anything raise `ValueError` naming the field:
-an invalid quantity or an invalid timestamp.
+an invalid quantity or an invalid timestamp. `pod_from_json` gives the same record straight
+from a pod's JSON bytes, for hot paths that receive pods as bytes.
 """
 
 from __future__ import annotations
