@@ -17,8 +17,8 @@ from koordcommon.kube_codec import format_time_ms, pod_to_k8s
 from koordcommon.records import OwnerRef
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeResource
+from scheduler_extender.core import extender, memo, wire
 from scheduler_extender.core import loadaware as la
-from scheduler_extender.core import memo, wire
 from scheduler_extender.core.candidates import Candidates, RecentCandidates
 from scheduler_extender.core.extender import filter_request, prioritize_request
 from scheduler_extender.core.table import NodeTable
@@ -124,8 +124,11 @@ def ask(tw: Twin, verb, p, names: list[str]) -> bytes:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_kept_verdicts_answer_as_judging_afresh(seed, monkeypatch):
-    outcomes = {"reused": 0, "patched": 0, "judged whole": 0, "scores rewritten in place": 0, "carried over": 0}
+    outcomes = dict.fromkeys(
+        ("reused", "patched", "judged whole", "scores rewritten in place", "carried over", "filter reply spliced"), 0
+    )
     real, real_patch, real_inherited = memo.brought_up_to_date, HostPriorityEncoder.patch, memo.inherited
+    real_spliced = extender._spliced
 
     def counting(kept, *args):
         got = real(kept, *args)
@@ -141,6 +144,12 @@ def test_kept_verdicts_answer_as_judging_afresh(seed, monkeypatch):
         outcomes["carried over"] += got is not None
         return got
 
+    def counting_spliced(*args):
+        got = real_spliced(*args)
+        outcomes["filter reply spliced"] += got is not None
+        return got
+
+    monkeypatch.setattr(extender, "_spliced", counting_spliced)
     monkeypatch.setattr(memo, "brought_up_to_date", counting)
     monkeypatch.setattr(memo, "inherited", counting_inherited)
     monkeypatch.setattr(HostPriorityEncoder, "patch", counting_patch)

@@ -20,7 +20,7 @@ from . import memo
 from . import reservation as rsv
 from .batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes, batch_names, row_batch_code
 from .candidates import Candidates
-from .loadaware import map_scores, node_load, score_table
+from .loadaware import PASS, map_scores, node_load, score_table
 from .state import ClusterState, PodInfo
 from .table import BOOL_INDEX, NodeTable
 from .wire import (
@@ -31,6 +31,7 @@ from .wire import (
     FilterOutcome,
     MetaVictims,
     WireError,
+    assemble_filter_names_reply,
     encode_filter_names_reply,
     encode_filter_outcome,
     encode_host_priority_list,
@@ -222,6 +223,10 @@ class _FilterReply:
     result: VerbResult
     passed: Candidates | None  # the passed list, which the pod's prioritize call will carry
     single: str | None  # the only node that passed: kube-scheduler binds it without prioritize
+    # What the next answer over the same candidates can be spliced from (kept verdicts only):
+    codes: np.ndarray | None = None  # the codes it was written from
+    positions: np.ndarray | None = None  # the positions that passed
+    groups: dict[int, tuple[bytes, int]] | None = None  # code -> (its FailedNodes entries, entry width)
 
 
 def _names_reply(
@@ -230,9 +235,11 @@ def _names_reply(
     outcome: FilterOutcome,
     counts: dict[str, int],
     before: _FilterReply | None = None,
+    codes: np.ndarray | None = None,
 ) -> _FilterReply:
-    """The reply to a NodeNames filter; `before`, the previous reply of the pod shape over the
-    same candidates, hands its passed list on as the new one's parent."""
+    """The reply to a NodeNames filter. `before`, the previous reply of the pod shape over the
+    same candidates, hands its passed list on as the new one's parent; with the `codes` of a
+    kept verdict, the parts the next reply can be spliced from are kept too."""
     t = state.table
     names = cand.names
     single = names[int(outcome.positions[0])] if len(outcome.positions) == 1 else None
@@ -248,12 +255,111 @@ def _names_reply(
             passed_rows = cand.rows.take(outcome.positions)
             passed_names = t.name_array().take(passed_rows).tolist()
             passed_raw = encode_names(passed_names)
-            passed = cand.subset(passed_names, passed_rows, passed_raw, len(t))
-            if before is not None and before.passed is not None and before.passed is not cand:
-                before.passed.parent = None  # one generation back at most
-                passed.parent = before.passed
-    reply = encode_filter_names_reply(passed_raw, outcome, state.failed_nodes, t.names)
-    return _FilterReply(VerbResult(reply, counts, len(names)), passed, single)
+            passed = _passed_list(cand, passed_names, passed_rows, passed_raw, before, len(t))
+    c = outcome.coded
+    if codes is None or c is None or c.rows is None or outcome.extra_failed or outcome.unresolvable:
+        reply = encode_filter_names_reply(passed_raw, outcome, state.failed_nodes, t.names)
+        return _FilterReply(VerbResult(reply, counts, len(names)), passed, single)
+    groups = {}
+    present = np.bincount(c.codes).nonzero()[0].tolist() if len(c.at) else []
+    for code in present:
+        col = state.failed_nodes.column(t.names, c.reasons[code])
+        groups[code] = (col.gather(c.rows if len(present) == 1 else c.rows[c.codes == code]), col.width)
+    reply = assemble_filter_names_reply(passed_raw, [g for g, _ in groups.values()])
+    return _FilterReply(VerbResult(reply, counts, len(names)), passed, single, codes, outcome.positions, groups)
+
+
+def _passed_list(
+    cand: Candidates, names: list[str], rows: np.ndarray, raw: bytes, before: _FilterReply | None, table_size: int
+) -> Candidates:
+    passed = cand.subset(names, rows, raw, table_size)
+    if before is not None and before.passed is not None and before.passed is not cand:
+        before.passed.parent = None  # one generation back at most
+        passed.parent = before.passed
+    return passed
+
+
+SPLICE_LIMIT = 4  # changed candidates a reply is spliced for; more are written whole
+
+
+def _spliced(
+    state: ClusterState, info: PodInfo, cand: Candidates, codes: np.ndarray, before: _FilterReply, changed: list[int]
+) -> _FilterReply | None:
+    """The reply over `cand` for `codes`, from `before`, written for codes that differ at the
+    positions `changed` (ascending): each such candidate leaves or joins the passed list and
+    its FailedNodes group, at the place a reply written whole gives it, so the bytes are the
+    same. None when `before` cannot be spliced."""
+    if before.groups is None or before.codes is None or before.positions is None or len(changed) > SPLICE_LIMIT:
+        return None
+    t = state.table
+    reasons = _reason_table(info)
+    work = before.codes.copy()
+    positions, passed = before.positions, before.passed
+    names, rows = list(passed.names), passed.rows
+    groups = dict(before.groups)
+    counts = dict(before.result.reasons)
+    for i in changed:
+        old, new, row = int(work[i]), int(codes[i]), int(cand.rows[i])
+        if old == PASS:
+            j = int(np.searchsorted(positions, i))
+            positions, rows = _without(positions, j), _without(rows, j)
+            del names[j]
+        else:
+            entries, w = groups.pop(old)
+            k = int(np.count_nonzero(work[:i] == old))  # its place in the group
+            if len(entries) > w:
+                groups[old] = (entries[: k * w] + entries[(k + 1) * w :], w)
+            if counts[reasons[old]] == 1:
+                del counts[reasons[old]]
+            else:
+                counts[reasons[old]] -= 1
+        work[i] = new
+        if new == PASS:
+            j = int(np.searchsorted(positions, i))
+            positions, rows = _with(positions, j, i), _with(rows, j, row)
+            names.insert(j, cand.names[i])
+        else:
+            col = state.failed_nodes.column(t.names, reasons[new])
+            entries, w = groups.get(new, (b"", col.width))
+            if w != col.width:  # entries widened since: written whole
+                return None
+            k = int(np.count_nonzero(work[:i] == new))
+            groups[new] = (entries[: k * w] + col.entry(row) + entries[k * w :], w)
+            counts[reasons[new]] = counts.get(reasons[new], 0) + 1
+    groups = dict(sorted(groups.items()))
+    if len(positions) == len(cand.names):
+        passed = cand
+    elif len(positions) != len(before.positions) or (positions != before.positions).any():
+        raw = encode_names(names)
+        passed = _passed_list(cand, names, rows, raw, before, len(t))
+    single = cand.names[int(positions[0])] if len(positions) == 1 else None
+    reply = assemble_filter_names_reply(passed.raw, [g for g, _ in groups.values()])
+    return _FilterReply(VerbResult(reply, counts, len(cand.names)), passed, single, codes, positions, groups)
+
+
+def _without(a: np.ndarray, j: int) -> np.ndarray:
+    return np.concatenate((a[:j], a[j + 1 :]))
+
+
+def _with(a: np.ndarray, j: int, value: int) -> np.ndarray:
+    return np.concatenate((a[:j], np.array((value,), dtype=a.dtype), a[j:]))
+
+
+def _filter_answer(
+    state: ClusterState,
+    info: PodInfo,
+    cand: Candidates,
+    codes: np.ndarray,
+    before: _FilterReply | None,
+    changed: list[int] | None,
+) -> _FilterReply:
+    """The reply for a kept verdict's `codes`: spliced from `before` when few changed."""
+    if before is not None and changed:
+        spliced = _spliced(state, info, cand, codes, before, changed)
+        if spliced is not None:
+            return spliced
+    outcome, counts = _outcome(info, cand.names, cand.rows, [], codes, {}, {})
+    return _names_reply(state, cand, outcome, counts, before, codes)
 
 
 def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
@@ -279,9 +385,7 @@ def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = No
             now,
             lambda ints, bools: _row_code(state, info, ints, bools, now),
             lambda: _codes(state, info, ix, missing, now),
-            lambda codes, before, _changed: _names_reply(
-                state, cand, *_outcome(info, names, ix, missing, codes, {}, {}), before
-            ),
+            lambda codes, before, changed: _filter_answer(state, info, cand, codes, before, changed),
         )
     if reply.single is not None:
         # kube-scheduler skips prioritize when one node is left and binds it directly.

@@ -428,6 +428,18 @@ def encode_filter_names_reply(
     )
 
 
+def assemble_filter_names_reply(names_json: bytes, groups: list[bytes]) -> bytes:
+    """A NodeNames filter reply from the passed names' JSON and the FailedNodes groups, each
+    its members led by commas (`RowEntries.gather`), in reason-code order."""
+    if not groups:
+        failed = [b',"FailedNodes":null']
+    else:  # the first member loses its leading comma to the opening brace
+        failed = [b',"FailedNodes":{', memoryview(groups[0])[1:], *groups[1:], b"}"]
+    return b"".join(
+        (b'{"Nodes":null,"NodeNames":', names_json, *failed, b',"FailedAndUnresolvableNodes":null,"Error":""}')
+    )
+
+
 def encode_host_priority(host: str, score: int) -> bytes:
     return _go_json({"Host": host, "Score": score})
 
@@ -479,11 +491,16 @@ class RowEntries:
     def entry(self, row: int, variant: int = 0) -> bytes:
         return self._matrix[row * self.variants + variant].tobytes()
 
-    def join(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> memoryview:
-        """The members of `rows` (after `ensure` covered them), each in its variant, comma-joined
-        (a view of fresh bytes: callers join it into the reply without another copy)."""
+    def gather(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> bytes:
+        """The entries of `rows` (after `ensure` covered them), each in its variant and led by
+        its comma: entry k fills bytes [k x width, (k + 1) x width)."""
         flat = np.asarray(rows, dtype=np.intp) * self.variants + np.asarray(variants, dtype=np.intp)
-        return memoryview(self._matrix.take(flat, axis=0).tobytes())[1:]
+        return self._matrix.take(flat, axis=0).tobytes()
+
+    def join(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> memoryview:
+        """The members of `rows`, comma-joined (a view of fresh bytes: callers join it into the
+        reply without another copy)."""
+        return memoryview(self.gather(rows, variants))[1:]
 
 
 class HostPriorityEncoder:
@@ -530,8 +547,8 @@ class FailedNodesEncoder:
     def __init__(self) -> None:
         self._by_reason: dict[str, RowEntries] = {}
 
-    def members(self, names: list[str], rows: np.ndarray, reason: str) -> memoryview:
-        """The comma-joined members for `rows` (table rows of `names`) failed for `reason`."""
+    def column(self, names: list[str], reason: str) -> RowEntries:
+        """The members failed for `reason`, one per table row of `names`."""
         col = self._by_reason.get(reason)
         if col is None:
             if len(self._by_reason) >= self.MAX_REASONS:
@@ -539,7 +556,11 @@ class FailedNodesEncoder:
             tail = b":" + _go_json(reason)
             col = self._by_reason[reason] = RowEntries(lambda name, _v: _go_json(name) + tail)
         col.ensure(names)
-        return col.join(rows)
+        return col
+
+    def members(self, names: list[str], rows: np.ndarray, reason: str) -> memoryview:
+        """The comma-joined members for `rows` (table rows of `names`) failed for `reason`."""
+        return self.column(names, reason).join(rows)
 
 
 def _meta_victims_json(meta: dict[str, MetaVictims] | None) -> dict[str, Any] | None:
