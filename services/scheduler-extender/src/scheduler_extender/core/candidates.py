@@ -107,11 +107,16 @@ class RecentCandidates:
         return None
 
     def remember(self, c: Candidates) -> Candidates:
-        """Keep `c` as the newest list (dropping an older one with the same bytes)."""
+        """Keep `c` as the newest list. An older list with the same bytes may stay behind it:
+        `find` meets the newest first, and the oldest lists are dropped first."""
         lists = self._lists
         if lists and lists[-1] is c:
             return c
         c.rows.flags.writeable = False  # shared by every request that hits it
-        self._lists = [e for e in lists if e is not c and e.raw != c.raw][-(self.LIMIT - 1) :]
-        self._lists.append(c)
+        try:
+            lists.remove(c)  # by identity: Candidates do not compare by value
+        except ValueError:
+            if len(lists) >= self.LIMIT:
+                del lists[0]
+        lists.append(c)
         return c
