@@ -210,3 +210,54 @@ def test_table_wide_facts_follow_the_rows():
     assert not t.all_known() and not t.all_have_metrics()
     assert t.earliest_expiry() == T0 + 380_000
     assert (t.earliest_expiry(), t.all_known()) == (int(t.expire_at[:2].min()), bool(t.known[:2].all()))
+
+
+def test_pods_of_one_template_are_derived_once_and_alike():
+    """PodInfo's numbers are kept by what they are derived from: a pod that differs from one seen
+    before in any single input gets its own numbers, and one that does not, the kept ones."""
+    from dataclasses import replace
+
+    from extender_helpers import pod, rs_owner
+    from koordcommon.records import ContainerSpec, OwnerRef
+    from scheduler_extender.core.estimator import WorkloadProfile
+
+    main = ContainerSpec("main", {"cpu": 2000, "memory": Gi}, {"cpu": 4000})
+    base = pod("web-5d4-a", labels={"pod-template-hash": "5d4"}, owners=[rs_owner("web-5d4")], containers=[main])
+    one_change = {
+        "requests": {"containers": [ContainerSpec("main", {"cpu": 3000, "memory": Gi}, {"cpu": 4000})]},
+        "limits": {"containers": [ContainerSpec("main", {"cpu": 2000, "memory": Gi}, {"cpu": 4000, "memory": 2 * Gi})]},
+        "container name": {"containers": [ContainerSpec("side", main.requests, main.limits)]},
+        "batch request": {"containers": [ContainerSpec("main", {"koordinator.sh/batch-cpu": 1000}, {})]},
+        "init container": {"init_containers": [ContainerSpec("init", {"cpu": 8000}, {})]},
+        "overhead": {"overhead": {"cpu": 500}},
+        "priority": {"priority": 5500},
+        "priority-class label": {"labels": {**base.labels, "koordinator.sh/priority-class": "koord-batch"}},
+        "qos label": {"labels": {**base.labels, "koordinator.sh/qosClass": "BE"}},
+        "status qosClass": {"kube_qos": "BestEffort"},
+        "owner": {"owners": [OwnerRef("DaemonSet", "agent")]},
+        "workload": {"labels": {}},  # the ReplicaSet no longer resolves to Deployment web
+        "reservation affinity": {"annotations": {"scheduling.koordinator.sh/reservation-affinity": '{"name": "h"}'}},
+    }
+    fields = ("estimate", "is_prod", "request", "batch", "daemonset", "reservation_affinity", "shape")
+
+    def numbers(info):
+        return [getattr(info, f) for f in fields]
+
+    profile_only = {"container name", "workload"}  # they matter through the profile alone
+
+    def state(with_profile):
+        st = make_state()
+        if with_profile:
+            st.apply_profile(("default", "Deployment", "web"), WorkloadProfile({"main": Resources(900, 3 * Gi)}))
+        return st
+
+    for with_profile in (False, True):
+        shared = state(with_profile)
+        for i, (what, change) in enumerate(one_change.items()):
+            variant = replace(base, name=f"web-5d4-{i}", uid=f"uid-{i}", **change)
+            fresh = state(with_profile)
+            want, base_numbers = numbers(fresh.pod_info(variant)), numbers(fresh.pod_info(base))
+            assert (want != base_numbers) is (with_profile or what not in profile_only), what  # the input matters
+            assert numbers(shared.pod_info(base)) == base_numbers
+            assert numbers(shared.pod_info(variant)) == want, what
+        assert len(shared._derived) <= 1 + len(one_change)  # the base was derived once

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from koordcommon.model import PriorityClass
+from koordcommon.model import LABEL_PRIORITY_CLASS, LABEL_QOS_CLASS, PriorityClass
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import ZERO, Resources, sum_resources
@@ -122,6 +122,7 @@ class ClusterState:
         self.pod_reservation: dict[str, str] = {}
         self.profiles: dict[tuple[str, str, str], WorkloadProfile] = {}
         self._pod_cache: dict[tuple[str, str], PodInfo] = {}
+        self._derived: dict[tuple, tuple] = {}  # PodInfo's numbers by what they are derived from
         self._deferred: set[str] | None = None
         self._raw_pods: dict[bytes, PodInfo] = {}  # by the Pod's JSON as kube-scheduler sent it
         self._reported: dict[str, tuple[NodeMetric, frozenset[str]]] = {}  # pod keys each metric reports
@@ -160,24 +161,54 @@ class ClusterState:
             hit = self._pod_cache.get(cache_key)
             if hit is not None:
                 return hit
-        requests, cls = pod.requests(), pod.priority_class  # each computed once: they are not cheap
-        info = PodInfo(
-            record=pod,
-            estimate=self._estimate(pod, requests, cls),
-            is_prod=cls is PriorityClass.PROD,
-            request=Resources.from_list(requests),
-            batch=batch_request(requests),
-            daemonset=pod.is_daemonset,
-            reservation_affinity=rsv.required_reservation(pod) is not None,
-        )
-        if not info.reservation_affinity:
-            names = batch_names(pod) if not info.batch.is_zero() else None  # they name the batch reasons
-            info.shape = (info.estimate, info.is_prod, info.batch, info.daemonset, names)
+        inputs = self._inputs(pod)
+        derived = self._derived.get(inputs)
+        if derived is None:
+            derived = self._derive(pod)
+            if len(self._derived) >= 1024:
+                self._derived.clear()
+            self._derived[inputs] = derived
+        *numbers, shape = derived
+        info = PodInfo(pod, *numbers, shape=shape)
         if pod.uid and pod.resource_version:
             if len(self._pod_cache) > 4096:
                 self._pod_cache.clear()
             self._pod_cache[cache_key] = info
         return info
+
+    def _inputs(self, pod: PodRecord) -> tuple:
+        """Everything `_derive` reads of a pod, which pods of one template share: the pods of a
+        burst are derived once."""
+
+        def resources(containers: list) -> tuple:
+            return tuple((tuple(c.requests.items()), tuple(c.limits.items())) for c in containers)
+
+        inputs = (
+            resources(pod.containers),
+            resources(pod.init_containers),
+            tuple(pod.overhead.items()),
+            pod.priority,
+            pod.labels.get(LABEL_PRIORITY_CLASS),
+            pod.labels.get(LABEL_QOS_CLASS),
+            pod.kube_qos,
+            pod.is_daemonset,
+            pod.annotations.get(rsv.ANNOTATION_RESERVATION_AFFINITY),
+        )
+        if self.config.use_profiles and self.profiles:  # the profile is looked up by workload and container
+            inputs += (workload_key(pod), tuple(c.name for c in pod.containers))
+        return inputs
+
+    def _derive(self, pod: PodRecord) -> tuple:
+        """PodInfo's fields after the record, in order, then its shape."""
+        requests, cls = pod.requests(), pod.priority_class  # each computed once: they are not cheap
+        estimate, batch = self._estimate(pod, requests, cls), batch_request(requests)
+        is_prod, daemonset = cls is PriorityClass.PROD, pod.is_daemonset
+        affinity = rsv.required_reservation(pod) is not None
+        shape = None
+        if not affinity:
+            names = batch_names(pod) if not batch.is_zero() else None  # they name the batch reasons
+            shape = (estimate, is_prod, batch, daemonset, names)
+        return (estimate, is_prod, Resources.from_list(requests), batch, daemonset, affinity, shape)
 
     def _estimate(self, pod: PodRecord, requests: dict[str, int], cls: PriorityClass) -> Resources:
         """The pod's estimated usage, given its summed requests and priority class."""
@@ -410,6 +441,7 @@ class ClusterState:
             self.profiles[key] = profile
         self._pod_cache.clear()
         self._raw_pods.clear()
+        self._derived.clear()
 
     # ------------------------------------------------------------------ the table
 
