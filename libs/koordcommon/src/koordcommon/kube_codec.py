@@ -276,6 +276,18 @@ def _containers(items: list[_Container] | None) -> list[ContainerSpec]:
 
 def pod_from_json(raw: bytes | str) -> PodRecord:
     """A v1 Pod as JSON bytes to a PodRecord: pod_from_k8s of the decoded object, faster."""
+    pod = _typed_pod(raw)
+    if pod is not None:
+        return pod
+    try:  # not the API's types, or a value that does not parse: the tolerant path decides
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"pod is not valid JSON: {exc}") from None
+    return pod_from_k8s(obj)
+
+
+def _typed_pod(raw: bytes | str) -> PodRecord | None:
+    """The record of a pod that keeps to the API's types; None for any other input."""
     try:
         pod = _POD.decode(raw)
         meta, spec, status = pod.metadata or _NO_META, pod.spec or _NO_SPEC, pod.status or _NO_STATUS
@@ -311,12 +323,7 @@ def pod_from_json(raw: bytes | str) -> PodRecord:
             resource_version=meta.resourceVersion,
         )
     except (msgspec.DecodeError, ValueError, TypeError):
-        pass  # not the API's types, or a value that does not parse: the tolerant path decides
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"pod is not valid JSON: {exc}") from None
-    return pod_from_k8s(obj)
+        return None
 
 
 def _container_to_k8s(c: ContainerSpec) -> dict[str, Any]:
