@@ -138,16 +138,20 @@ def _codes(state: ClusterState, info: PodInfo, ix: np.ndarray, missing: list[int
     return codes
 
 
-def _row_code(state: ClusterState, info: PodInfo, ints: list[int], bools: list[bool], now: int) -> int:
-    """`_codes` for one row, from its columns (`NodeTable.row_values`)."""
-    cfg = state.config
-    code = 0 if info.daemonset else la.row_code(ints, bools, info.estimate, info.is_prod, now, cfg.load)
+def _row_load_code(state: ClusterState, info: PodInfo, ints: list[int], bools: list[bool], now: int) -> int:
+    """The load-aware and batch code of one row, from its columns (`NodeTable.row_values`)."""
+    code = 0 if info.daemonset else la.row_code(ints, bools, info.estimate, info.is_prod, now, state.config.load)
     if code == 0 and not info.batch.is_zero():
         short = row_batch_code(ints, info.batch)
         code = BATCH_BASE + short if short else 0
-    if cfg.fail_unknown_nodes and not bools[_KNOWN]:
-        code = UNKNOWN
     return code
+
+
+def _row_code(state: ClusterState, info: PodInfo, ints: list[int], bools: list[bool], now: int) -> int:
+    """`_codes` for one row, from its columns (`NodeTable.row_values`)."""
+    if state.config.fail_unknown_nodes and not bools[_KNOWN]:
+        return UNKNOWN
+    return _row_load_code(state, info, ints, bools, now)
 
 
 def _reservation_verdicts(
@@ -538,13 +542,7 @@ def _passes_without(state: ClusterState, info: PodInfo, node: str, victims: list
     breq = sum_resources(p.batch for k, p in pods.items() if k not in gone)
     tmp.set(0, breq_cpu=breq.cpu_milli, breq_mem=breq.memory_bytes)
     la.derive_row(tmp, 0, state.config.load)
-    ix = np.zeros(1, dtype=np.intp)
-    code = (
-        0 if info.daemonset else int(la.filter_codes(tmp, ix, info.estimate, info.is_prod, now, state.config.load)[0])
-    )
-    if code == 0 and not info.batch.is_zero():
-        b = int(batch_codes(tmp, ix, info.batch)[0])
-        code = BATCH_BASE + b if b else 0
+    code = _row_load_code(state, info, *tmp.row_values(0), now)
     return _reason_table(info)[code] if code else None
 
 
