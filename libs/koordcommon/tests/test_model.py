@@ -12,6 +12,7 @@ from koordcommon.model import (
     QoSClass,
     combination_error,
     is_hp,
+    is_prod,
     is_valid_combination,
     priority_class,
     priority_class_from_value,
@@ -148,6 +149,13 @@ def test_combination_error_message():
 @pytest.mark.parametrize("cls,hp", [(P, True), (M, True), (N, True), (B, False), (F, False)])
 def test_is_hp(cls, hp):
     assert is_hp(cls) is hp
+    assert is_hp(cls.value) is hp  # NodeMetric pod entries carry the string
+
+
+@pytest.mark.parametrize("cls,prod", [(P, True), (M, False), (N, True), (B, False), (F, False)])
+def test_is_prod(cls, prod):
+    assert is_prod(cls) is prod
+    assert is_prod(cls.value) is prod
 
 
 @pytest.mark.parametrize("value,expect", [(None, None), ("5", 5), ("-3", -3), ("x", None), ("1.5", None)])

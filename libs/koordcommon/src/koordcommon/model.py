@@ -118,9 +118,17 @@ def priority_class(labels: dict[str, str] | None, priority: int | None, qos: QoS
     return PriorityClass.BATCH if qos is QoSClass.BE else PriorityClass.PROD
 
 
-def is_hp(cls: PriorityClass) -> bool:
+def is_hp(cls: PriorityClass | str) -> bool:
     """High priority: resources not taken from the batch/free tier (prod, mid, none)."""
     return cls not in (PriorityClass.BATCH, PriorityClass.FREE)
+
+
+def is_prod(cls: PriorityClass | str) -> bool:
+    """Prod, or no koord class at all: a normal Kubernetes pod counts as prod (DESIGN.md section 1).
+
+    Takes the enum or its string value (NodeMetric pod entries carry the string).
+    """
+    return cls == PriorityClass.PROD or cls == PriorityClass.NONE
 
 
 def sub_priority(labels: dict[str, str] | None) -> int | None:
