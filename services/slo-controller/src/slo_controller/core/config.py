@@ -149,13 +149,16 @@ def strategy_overlay(doc: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def _deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """`overlay` over `base`, objects merged key by key: how every config layer (defaults,
+    cluster strategy, node strategy) is laid over the one below. A null keeps the value below,
+    as a nil field does in Koordinator's MergeCfg."""
     out = dict(base)
     for k, v in overlay.items():
         if v is None:
             continue
         if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
+            out[k] = deep_merge(out[k], v)
         else:
             out[k] = v
     return out
@@ -164,7 +167,7 @@ def _deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, A
 def merge_strategy(base: ColocationStrategy, overlay: Mapping[str, Any]) -> ColocationStrategy:
     if not overlay:
         return base
-    return ColocationStrategy(**_deep_merge(base.to_dict(), overlay))
+    return ColocationStrategy(**deep_merge(base.to_dict(), overlay))
 
 
 def validate_strategy(s: ColocationStrategy, where: str = KEY_COLOCATION) -> list[str]:

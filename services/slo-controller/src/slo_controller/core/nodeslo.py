@@ -18,7 +18,7 @@ from koordcommon.schemas import CPUBurstStrategy, NodeSLOSpec, ResourceQOSStrate
 from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 from pydantic import BaseModel, ValidationError
 
-from .config import KEY_CPU_BURST, KEY_RESOURCE_QOS, KEY_RESOURCE_THRESHOLD, ConfigError
+from .config import KEY_CPU_BURST, KEY_RESOURCE_QOS, KEY_RESOURCE_THRESHOLD, ConfigError, deep_merge
 
 # ConfigMap key -> (model of one strategy, field of NodeSLO.spec)
 STRATEGY_KINDS: dict[str, tuple[type[BaseModel], str]] = {
@@ -27,18 +27,6 @@ STRATEGY_KINDS: dict[str, tuple[type[BaseModel], str]] = {
     KEY_CPU_BURST: (CPUBurstStrategy, "cpuBurstStrategy"),
 }
 QOS_CLASS_SECTIONS = ("lsrClass", "lsClass", "beClass", "systemClass")
-
-
-def _deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in overlay.items():
-        if v is None:
-            continue
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 # (path, low, high) ranges from Koordinator's struct validation tags; None = unbounded.
@@ -152,7 +140,7 @@ def parse_strategy_config(key: str, doc: Any) -> StrategyConfig:
     raw_cluster = doc.get("clusterStrategy") or {}
     if not isinstance(raw_cluster, Mapping):
         raise ConfigError(f"{key}.clusterStrategy: must be an object")
-    cluster = validate_strategy(key, _deep_merge(model().model_dump(), raw_cluster), f"{key}.clusterStrategy")
+    cluster = validate_strategy(key, deep_merge(model().model_dump(), raw_cluster), f"{key}.clusterStrategy")
     raw_nodes = doc.get("nodeStrategies") or []
     if not isinstance(raw_nodes, list):
         raise ConfigError(f"{key}.nodeStrategies: must be a list")
@@ -166,7 +154,7 @@ def parse_strategy_config(key: str, doc: Any) -> StrategyConfig:
         except SelectorError as e:
             raise ConfigError(str(e)) from None
         overlay = {k: v for k, v in ns.items() if k not in ("name", "nodeSelector")}
-        merged = validate_strategy(key, _deep_merge(cluster, overlay), at)
+        merged = validate_strategy(key, deep_merge(cluster, overlay), at)
         name = ns.get("name") if isinstance(ns.get("name"), str) else f"#{i}"
         nodes.append(NodeStrategy(name, selector, merged))
     return StrategyConfig(key, cluster, tuple(nodes))

@@ -71,3 +71,14 @@ def ratio(percent: int) -> str:
 
 def reset_items(plugin: str, suffixes: tuple[str, ...], message: str, degraded: bool, reason: str) -> ResourceItems:
     return ResourceItems(plugin, tuple(ResourceItem(s, None, message) for s in suffixes), degraded, reason)
+
+
+def computed_items(
+    plugin: str,
+    suffixes: tuple[str, ...],
+    values: tuple[tuple[int, Explain], ...],
+    details: dict[str, Any] | Callable[[], dict[str, Any]],
+) -> ResourceItems:
+    """A rule's result: one (value, explain) per suffix, in the order of `suffixes`."""
+    items = tuple(ResourceItem(s, value, explain) for s, (value, explain) in zip(suffixes, values, strict=True))
+    return ResourceItems(plugin, items, details=details)

@@ -13,7 +13,7 @@ from koordcommon import resources as rn
 
 from ..config import ColocationStrategy
 from ..snapshot import NodeSnapshot
-from . import ResourceItem, ResourceItems, giga, ratio, reset_items, trunc_percent
+from . import ResourceItems, computed_items, giga, ratio, reset_items, trunc_percent
 
 NAME = "batch"
 SUFFIXES = (rn.BATCH_CPU_SUFFIX, rn.BATCH_MEMORY_SUFFIX)
@@ -90,8 +90,4 @@ def calculate(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> ResourceI
             "danglingMetrics": t.dangling_metrics,
         }
 
-    return ResourceItems(
-        NAME,
-        (ResourceItem(rn.BATCH_CPU_SUFFIX, cpu, cpu_message), ResourceItem(rn.BATCH_MEMORY_SUFFIX, mem, memory_message)),
-        details=inputs,
-    )
+    return computed_items(NAME, SUFFIXES, ((cpu, cpu_message), (mem, memory_message)), inputs)

@@ -13,7 +13,7 @@ from koordcommon import resources as rn
 
 from ..config import MID_RECLAIM_STATIC, ColocationStrategy
 from ..snapshot import NodeSnapshot
-from . import ResourceItem, ResourceItems, giga, ratio, reset_items, trunc_percent
+from . import ResourceItems, computed_items, giga, ratio, reset_items, trunc_percent
 
 NAME = "mid"
 SUFFIXES = (rn.MID_CPU_SUFFIX, rn.MID_MEMORY_SUFFIX)
@@ -67,11 +67,7 @@ def calculate(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> ResourceI
             "prodAllocated": [pa_c, pa_m],
         }
 
-    return ResourceItems(
-        NAME,
-        (ResourceItem(rn.MID_CPU_SUFFIX, cpu, cpu_message), ResourceItem(rn.MID_MEMORY_SUFFIX, mem, memory_message)),
-        details=inputs,
-    )
+    return computed_items(NAME, SUFFIXES, ((cpu, cpu_message), (mem, memory_message)), inputs)
 
 
 def _static(cap_c: int, cap_m: int, thr_c: int, thr_m: int, strategy: ColocationStrategy) -> ResourceItems:
@@ -84,8 +80,5 @@ def _static(cap_c: int, cap_m: int, thr_c: int, thr_m: int, strategy: Colocation
     mem_msg = (f"midAllocatable[Memory(GB)]:{giga(mem)} = min(NodeCapacity:{giga(cap_m)} * staticReservedRatio:"
                f"{ratio(st_m_pct)}, NodeCapacity:{giga(cap_m)} * thresholdRatio:"
                f"{ratio(strategy.midMemoryThresholdPercent)})")
-    return ResourceItems(
-        NAME,
-        (ResourceItem(rn.MID_CPU_SUFFIX, cpu, cpu_msg), ResourceItem(rn.MID_MEMORY_SUFFIX, mem, mem_msg)),
-        details={"mode": MID_RECLAIM_STATIC, "capacity": [cap_c, cap_m]},
-    )
+    details = {"mode": MID_RECLAIM_STATIC, "capacity": [cap_c, cap_m]}
+    return computed_items(NAME, SUFFIXES, ((cpu, cpu_msg), (mem, mem_msg)), details)
