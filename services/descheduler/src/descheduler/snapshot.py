@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from koordcommon.model import PriorityClass
+from koordcommon.model import is_prod
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import Resources, sum_resources
 from koordcommon.schemas import NodeMetric
+from koordcommon.workload import workload_of
 
 from .core.evictable import non_evictable_reason
 from .core.lownodeload import NodeState, PodState
 
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 ANNOTATION_EVICTION_COST = "scheduling.koordinator.sh/eviction-cost"
-
-
-def workload_key(pod: PodRecord) -> str:
-    owner = pod.controller
-    if owner is None:
-        return f"{pod.namespace}/Pod/{pod.name}"
-    name = owner.name
-    if owner.kind == "ReplicaSet" and "-" in name:
-        name = name.rsplit("-", 1)[0]  # the Deployment behind "<deployment>-<hash>"
-        return f"{pod.namespace}/Deployment/{name}"
-    return f"{pod.namespace}/{owner.kind}/{name}"
 
 
 def node_states(
@@ -67,12 +57,12 @@ def node_states(
                 pod = local.get(pm.uid) or by_key.get(key)
                 if pod is not None:
                     seen.add(pod.key)
-                    if pod.priority_class is PriorityClass.PROD:
+                    if is_prod(pod.priority_class):
                         prod = prod + pm.usage
             for key, extra in arriving.items():
                 if key in by_key and key not in seen:
                     usage = usage + extra
-                    if by_key[key].priority_class is PriorityClass.PROD:
+                    if is_prod(by_key[key].priority_class):
                         prod = prod + extra
             usage = usage.clamp0()
         out.append(
@@ -108,7 +98,7 @@ def pod_states(pods: list[PodRecord], metrics: dict[str, NodeMetric], evict_loca
                 name=p.name,
                 uid=p.uid,
                 node=p.node_name,
-                workload=workload_key(p),
+                workload=str(workload_of(p)),
                 priority_class=p.priority_class,
                 priority=p.priority or 0,
                 kube_qos=p.computed_kube_qos(),
@@ -137,7 +127,7 @@ def replicas_by_workload(pods: list[PodRecord]) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in pods:
         if p.owners and p.deletion_ms is None and not p.is_terminal:
-            k = workload_key(p)
+            k = str(workload_of(p))
             out[k] = out.get(k, 0) + 1
     return out
 
@@ -147,6 +137,6 @@ def unavailable_by_workload(pods: list[PodRecord]) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in pods:
         if p.owners and p.phase == "Pending":
-            k = workload_key(p)
+            k = str(workload_of(p))
             out[k] = out.get(k, 0) + 1
     return out

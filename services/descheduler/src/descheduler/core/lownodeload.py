@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from koordcommon.model import QOS_RANK, KubeQoS, PriorityClass, QoSClass
+from koordcommon.model import QOS_RANK, KubeQoS, PriorityClass, QoSClass, is_prod
 from koordcommon.resources import Resources
 
 from .anomaly import ANOMALY, Detector
@@ -46,7 +46,7 @@ class PodState:
     name: str
     uid: str
     node: str
-    workload: str  # "<namespace>/<kind>/<name>"
+    workload: str  # str(koordcommon.workload.workload_of(pod)): "<namespace>/<kind>/<name>"
     priority_class: PriorityClass
     priority: int
     kube_qos: KubeQoS
@@ -64,7 +64,7 @@ class PodState:
 
     @property
     def is_prod(self) -> bool:
-        return self.priority_class is PriorityClass.PROD
+        return is_prod(self.priority_class)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,68 @@
+"""The core's inputs built from records: workload names (koordcommon's one rule) and prod usage."""
+
+from __future__ import annotations
+
+import pytest
+from descheduler.snapshot import node_states, pod_states, replicas_by_workload
+from koordcommon.records import ContainerSpec, NodeRecord, OwnerRef, PodRecord
+from koordcommon.resources import Resources
+from koordcommon.schemas import NodeMetric, PodMetric
+
+GI = 1 << 30
+
+
+def record(name, owner=None, labels=None, priority=None, qos=None):
+    return PodRecord(
+        namespace="shop", name=name, uid=f"uid-{name}", node_name="n1", phase="Running",
+        labels={**(labels or {}), **({"koordinator.sh/qosClass": qos} if qos else {})},
+        owners=[owner] if owner else [], priority=priority,
+        containers=[ContainerSpec("c", requests={"cpu": 500, "memory": GI})],
+    )
+
+
+@pytest.mark.parametrize(
+    "owner,labels,workload",
+    [
+        # the pod-template-hash label names the Deployment exactly, whatever the hash looks like
+        (OwnerRef("ReplicaSet", "web-abc123", uid="rs1"), {"pod-template-hash": "abc123"}, "shop/Deployment/web"),
+        # without the label a suffix that cannot be a hash (vowels) keeps the ReplicaSet
+        (OwnerRef("ReplicaSet", "web-abc123", uid="rs1"), {}, "shop/ReplicaSet/web-abc123"),
+        (OwnerRef("ReplicaSet", "web-7d9f6b8c5d", uid="rs1"), {}, "shop/Deployment/web"),
+        # each run of a CronJob is a Job named <cronjob>-<minutes since the epoch>
+        (OwnerRef("Job", "report-28629120", uid="j1"), {}, "shop/CronJob/report"),
+        (OwnerRef("StatefulSet", "db", uid="s1"), {}, "shop/StatefulSet/db"),
+        (None, {}, "shop/Pod/p"),
+    ],
+)
+def test_workload_is_koordcommons_workload_of(owner, labels, workload):
+    (state,) = pod_states([record("p", owner, labels)], {}, evict_local_storage=False)
+    assert state.workload == workload
+
+
+def test_replicas_count_the_pods_of_one_deployment_across_its_replicasets():
+    new, old = OwnerRef("ReplicaSet", "web-5c7b9d", uid="rs-new"), OwnerRef("ReplicaSet", "web-7f8g2h", uid="rs-old")
+    pods = [record("a", new), record("b", new), record("c", old), record("bare")]
+    assert replicas_by_workload(pods) == {"shop/Deployment/web": 3}
+
+
+@pytest.mark.parametrize(
+    "priority,qos,prod_cpu",
+    [
+        (9500, None, 700),  # koord-prod
+        (None, None, 700),  # a normal Kubernetes pod counts as prod
+        (None, "BE", 0),  # ... unless it is BE: batch
+        (5500, None, 0),  # koord-batch
+        (7500, None, 0),  # koord-mid is not prod
+    ],
+)
+def test_prod_usage_sums_the_metrics_of_prod_pods(priority, qos, prod_cpu):
+    pod = record("p", OwnerRef("StatefulSet", "db", uid="s1"), priority=priority, qos=qos)
+    metric = NodeMetric(
+        node="n1", ts=1_000, node_usage=Resources(2000, 4 * GI), system_usage=Resources(300, GI),
+        allocatable=Resources(8000, 16 * GI),
+        pods=[PodMetric(uid=pod.uid, namespace=pod.namespace, name=pod.name, usage=Resources(700, GI))],
+    )
+    node = NodeRecord(name="n1", allocatable={"cpu": 8000, "memory": 16 * GI})
+    (state,) = node_states([node], [pod], {"n1": metric}, now_ms=2_000, expiration_s=180)
+    assert state.usage == Resources(2000, 4 * GI)
+    assert state.prod_usage.cpu_milli == prod_cpu
