@@ -8,8 +8,8 @@ from koordcommon.cluster.sim import SimCluster, SimSpec
 from koordcommon.records import ContainerSpec, PodRecord
 from koordcommon.schemas import Event, NodeSLO, NodeSLOSpec
 from node_agent.bus import STREAMS, publisher
-from node_agent.qos.cpuset import parse_cpuset
 from node_agent.qos.manager import attach_qos
+from node_agent.qos.strategies.cpuset import parse_cpuset
 from node_agent.settings import AgentSettings
 from node_agent.sim_mode import SimAgent
 

@@ -3,8 +3,8 @@
 import pytest
 from koordcommon.records import ContainerSpec, NodeRecord, PodRecord
 from koordcommon.schemas import NodeSLO, NodeSLOSpec
-from node_agent.qos.cpuset import format_cpuset
 from node_agent.qos.manager import QoSManager
+from node_agent.qos.strategies.cpuset import format_cpuset
 from node_agent.real_mode import RealAgent
 from node_agent.settings import AgentSettings
 

@@ -8,10 +8,18 @@ from koordcommon.resources import Resources
 from koordcommon.schemas import NodeSLOSpec
 from node_agent.collect.cgroups import CgroupLayout
 from node_agent.core.pods import PodInfo
-from node_agent.qos import batch_resources, cpu_burst, cpu_evict, cpu_suppress, group_identity, memory_evict, memory_qos
-from node_agent.qos.cpuset import Processor, format_cpuset, parse_cpuset, pick_cpus, synthetic_topology
 from node_agent.qos.files import MemoryCgroupFiles
-from node_agent.qos.model import MAX_INT64, BESample, PodState, QoSState
+from node_agent.qos.model import MAX_INT64, BESample, PodState, Processor, QoSState
+from node_agent.qos.strategies import (
+    batch_resources,
+    cpu_burst,
+    cpu_evict,
+    cpu_suppress,
+    group_identity,
+    memory_evict,
+    memory_qos,
+)
+from node_agent.qos.strategies.cpuset import format_cpuset, parse_cpuset, pick_cpus, synthetic_topology
 
 GI = 1 << 30
 LAYOUT = CgroupLayout(Path("/sim"), "v2", "cgroupfs")

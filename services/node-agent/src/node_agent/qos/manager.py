@@ -1,8 +1,7 @@
 """Runs the strategies after every collection round of every node that has a NodeSLO.
 
-Registry order follows koordlet: suppress before evict (so eviction sees the real limit
-suppress just set), CPU eviction before memory, then the reconcilers. NodeSLOs arrive from
-the bus KV bucket; a node without one is left alone (every strategy is off by default).
+NodeSLOs arrive from the bus KV bucket; a node without one is left alone (every strategy is
+off by default). The strategies and their order are in .strategies.
 """
 
 from __future__ import annotations
@@ -25,33 +24,18 @@ from prometheus_client import Counter
 from ..collect.cgroups import SYSTEMD, V2, CgroupLayout, CgroupPathError
 from ..core.pods import PodInfo
 from ..core.reporter import NodeRound
-from . import batch_resources, cpu_burst, cpu_evict, cpu_suppress, group_identity, memory_evict, memory_qos
-from .cpuset import format_cpuset, parse_cpuset, read_topology, synthetic_topology
 from .executor import Executor
 from .files import CgroupFiles, MemoryCgroupFiles
-from .model import CFS_PERIOD_US, BESample, CgroupWrite, Eviction, PodState, QoSState
+from .model import CFS_PERIOD_US, BESample, Eviction, PodState, QoSState
+from .strategies import cpu_evict, plan_all
+from .strategies.cpuset import format_cpuset, parse_cpuset, synthetic_topology
+from .topology import read_topology
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = (cpu_suppress, cpu_evict, memory_evict, cpu_burst, group_identity, memory_qos, batch_resources)
 EVICTIONS = Counter("koord_agent_evictions_total", "Evictions requested by the node QoS manager",
                     ["strategy", "outcome"])
 BE_HISTORY_S = 600
-
-
-def plan_all(state: QoSState, slo: NodeSLOSpec) -> tuple[list[CgroupWrite], list[Eviction]]:
-    writes: list[CgroupWrite] = []
-    evictions: list[Eviction] = []
-    for strategy in STRATEGIES:
-        for action in strategy.plan(state, slo):
-            (evictions if isinstance(action, Eviction) else writes).append(action)
-    seen: set[str] = set()
-    unique = []
-    for e in evictions:  # one pod may be picked by two strategies; evict it once
-        if e.uid not in seen:
-            seen.add(e.uid)
-            unique.append(e)
-    return writes, unique
 
 
 def be_sample(state: QoSState, ts_ms: int, cap_usage: bool) -> BESample:

@@ -9,10 +9,19 @@ from koordcommon.model import KubeQoS, QoSClass
 from koordcommon.resources import ZERO, Resources
 
 from ..core.pods import PodInfo
-from .cpuset import Processor
 
 CFS_PERIOD_US = 100_000
 MAX_INT64 = 9_223_372_036_854_775_807
+
+
+@dataclass(frozen=True, order=True)
+class Processor:
+    """One logical CPU and where it sits (the topology the cpuset strategies choose from)."""
+
+    cpu: int
+    core: int
+    socket: int = 0
+    node: int = 0
 
 
 @dataclass(frozen=True)

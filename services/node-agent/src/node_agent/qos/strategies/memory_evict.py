@@ -13,7 +13,7 @@ import functools
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeSLOSpec
 
-from .model import Eviction, PodState, QoSState
+from ..model import Eviction, PodState, QoSState
 
 NAME = "memory_evict"
 COOL_DOWN_MS = 4_000

@@ -12,7 +12,7 @@ from __future__ import annotations
 from koordcommon.model import KubeQoS, QoSClass
 from koordcommon.schemas import MemoryQOS, NodeSLOSpec
 
-from .model import MAX_INT64, CgroupWrite, PodState, QoSState
+from ..model import MAX_INT64, CgroupWrite, PodState, QoSState
 
 NAME = "memory_qos"
 PAGE = 4096

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from koordcommon.schemas import NodeSLOSpec
 
-from .model import CFS_PERIOD_US, CgroupWrite, QoSState
+from ..model import CFS_PERIOD_US, CgroupWrite, QoSState
 
 NAME = "batch_resources"
 MIN_SHARES, MAX_SHARES = 2, 262144

@@ -12,8 +12,8 @@ import math
 
 from koordcommon.schemas import NodeSLOSpec
 
+from ..model import CFS_PERIOD_US, CgroupWrite, QoSState
 from .cpuset import format_cpuset, parse_cpuset, pick_cpus
-from .model import CFS_PERIOD_US, CgroupWrite, QoSState
 
 NAME = "cpu_suppress"
 BE_MIN_QUOTA = 2000

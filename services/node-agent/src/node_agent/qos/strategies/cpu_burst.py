@@ -14,8 +14,8 @@ import json
 from koordcommon.model import QoSClass
 from koordcommon.schemas import CPUBurstStrategy, NodeSLOSpec
 
+from ..model import CFS_PERIOD_US, CgroupWrite, PodState, QoSState
 from .cpuset import parse_cpuset
-from .model import CFS_PERIOD_US, CgroupWrite, PodState, QoSState
 
 NAME = "cpu_burst"
 ANNOTATION = "koordinator.sh/cpuBurst"

@@ -1,9 +1,8 @@
-"""CPU lists (`0-3,8`) and the topology the cpuset strategies choose from."""
+"""CPU lists (`0-3,8`) and how the cpuset strategies choose CPUs from a topology."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from ..model import Processor
 
 
 def parse_cpuset(text: str) -> list[int]:
@@ -33,39 +32,10 @@ def format_cpuset(cpus) -> str:
     return ",".join(parts)
 
 
-@dataclass(frozen=True, order=True)
-class Processor:
-    cpu: int
-    core: int
-    socket: int = 0
-    node: int = 0
-
-
 def synthetic_topology(cores: int) -> list[Processor]:
     """One socket and NUMA node, hyper-threads paired as Linux numbers them (cpu i and i + n/2)."""
     half = max(cores // 2, 1)
     return [Processor(cpu=i, core=i % half) for i in range(cores)]
-
-
-def read_topology(sys_root: str | Path = "/sys") -> list[Processor]:
-    base = Path(sys_root) / "devices/system/cpu"
-    node_of: dict[int, int] = {}
-    for node_dir in sorted((Path(sys_root) / "devices/system/node").glob("node[0-9]*")):
-        try:
-            for cpu in parse_cpuset((node_dir / "cpulist").read_text()):
-                node_of[cpu] = int(node_dir.name[4:])
-        except (OSError, ValueError):
-            continue
-    out = []
-    for d in sorted(base.glob("cpu[0-9]*"), key=lambda p: int(p.name[3:])):
-        cpu = int(d.name[3:])
-        try:
-            core = int((d / "topology/core_id").read_text())
-            socket = int((d / "topology/physical_package_id").read_text())
-        except (OSError, ValueError):
-            core, socket = cpu, 0
-        out.append(Processor(cpu, core, socket, node_of.get(cpu, 0)))
-    return out
 
 
 def pick_cpus(k: int, processors: list[Processor], num_processors: int) -> list[int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeSLOSpec
 
-from .model import BESample, Eviction, QoSState
+from ..model import BESample, Eviction, QoSState
 
 NAME = "cpu_evict"
 COOL_DOWN_MS = 20_000

@@ -11,7 +11,7 @@ import json
 from koordcommon.model import KubeQoS, QoSClass
 from koordcommon.schemas import NodeSLOSpec
 
-from .model import CgroupWrite, PodState, QoSState
+from ..model import CgroupWrite, PodState, QoSState
 
 NAME = "group_identity"
 RESOURCE = "cpu.bvt_warp_ns"
