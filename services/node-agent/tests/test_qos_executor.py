@@ -47,7 +47,7 @@ def test_writes_map_to_each_version_and_are_idempotent(fake_tree, resource, valu
     ex = Executor(CgroupFiles(CgroupLayout(fake_tree.root, fake_tree.version, "cgroupfs")), "n1")
     w = CgroupWrite(BE, resource, value, "cpu_suppress", "qos")
     expected = v1_text if fake_tree.version == "v1" else v2_text
-    events = ex.apply([w], now_ms=123)
+    events = ex.write([w], now_ms=123)
     path = file_of(fake_tree, BE, resource, v2_name)
     if expected is None:
         assert events == []
@@ -56,7 +56,7 @@ def test_writes_map_to_each_version_and_are_idempotent(fake_tree, resource, valu
         (e,) = events
         assert (e.kind, e.node, e.action, e.ts, e.target["path"], e.details["new"]) == (
             "qos", "n1", "cpu_suppress", 123, BE, expected)
-    assert ex.apply([w]) == []  # the second time nothing changes
+    assert ex.write([w]) == []  # the second time nothing changes
 
 
 def test_unlimited_reads_back_as_minus_one(fake_tree):
@@ -65,7 +65,7 @@ def test_unlimited_reads_back_as_minus_one(fake_tree):
     assert files.read(BE, "cpu.cfs_quota_us") == "-1"
     assert files.read(BE, "memory.limit_in_bytes") == "-1"
     ex = Executor(files, "n1")
-    assert ex.apply([CgroupWrite(BE, "memory.limit_in_bytes", -1, "batch_resources")]) == []
+    assert ex.write([CgroupWrite(BE, "memory.limit_in_bytes", -1, "batch_resources")]) == []
 
 
 def test_unsupported_files_are_reported_once(fake_tree):
@@ -73,9 +73,9 @@ def test_unsupported_files_are_reported_once(fake_tree):
     ex = Executor(CgroupFiles(CgroupLayout(fake_tree.root, fake_tree.version, "cgroupfs")), "n1")
     w = [CgroupWrite(BE, "cpu.bvt_warp_ns", 2, "group_identity", "qos"),
          CgroupWrite(POD, "cpu.bvt_warp_ns", 2, "group_identity")]
-    events = ex.apply(w)
+    events = ex.write(w)
     assert [(e.action, e.reason) for e in events] == [("unsupported", "cpu.bvt_warp_ns")]
-    assert ex.apply(w) == []
+    assert ex.write(w) == []
     assert not file_of(fake_tree, BE, "cpu.bvt_warp_ns", "cpu.bvt_warp_ns").exists()
 
 
@@ -84,14 +84,14 @@ def test_paths_leaving_the_root_are_refused(fake_tree, rel, tmp_path):
     seed(fake_tree)
     outside = tmp_path / "etc"
     ex = Executor(CgroupFiles(CgroupLayout(fake_tree.root, fake_tree.version, "cgroupfs")), "n1")
-    assert ex.apply([CgroupWrite(rel, "cpu.shares", 2, "x")]) == []
+    assert ex.write([CgroupWrite(rel, "cpu.shares", 2, "x")]) == []
     assert not outside.exists() or not any(outside.iterdir())
 
 
 def test_dry_run_reports_without_writing(fake_tree):
     seed(fake_tree)
     ex = Executor(CgroupFiles(CgroupLayout(fake_tree.root, fake_tree.version, "cgroupfs")), "n1", dry_run=True)
-    (e,) = ex.apply([CgroupWrite(BE, "cpu.cfs_quota_us", 2000, "cpu_suppress", "qos")])
+    (e,) = ex.write([CgroupWrite(BE, "cpu.cfs_quota_us", 2000, "cpu_suppress", "qos")])
     assert e.dry_run and e.details["new"] == "2000"
     assert CgroupFiles(ex.files.layout).read(BE, "cpu.cfs_quota_us") == "-1"
 
@@ -100,8 +100,8 @@ def test_memory_high_unlimited_on_v2(make_tree):
     tree = make_tree("v2")
     seed(tree)
     ex = Executor(CgroupFiles(CgroupLayout(tree.root, "v2", "cgroupfs")), "n1")
-    assert ex.apply([CgroupWrite(POD, "memory.high", MAX_INT64, "memory_qos")]) == []
-    ex.apply([CgroupWrite(POD, "memory.high", 1932734464, "memory_qos")])
+    assert ex.write([CgroupWrite(POD, "memory.high", MAX_INT64, "memory_qos")]) == []
+    ex.write([CgroupWrite(POD, "memory.high", 1932734464, "memory_qos")])
     assert (tree.root / POD / "memory.high").read_text().strip() == "1932734464"
 
 

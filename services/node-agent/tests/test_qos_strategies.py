@@ -61,8 +61,8 @@ def state(pods, *, cap=CAP, alloc=ALLOC, node=None, files=None, now=100_000,
     files = files or MemoryCgroupFiles({"cpuset.cpus": "0-15"})
     return QoSState(node="n1", now_ms=now, capacity=cap, allocatable=alloc, node_usage=node, pods=pods,
                     qos_dirs={k: LAYOUT.qos_dir(k) for k in KubeQoS}, processors=procs or synthetic_topology(16),
-                    read=files.read, be_history=list(history), last_cpu_evict_ms=last_cpu_evict,
-                    last_memory_evict_ms=last_mem_evict)
+                    read=files.read, be_history=list(history),
+                    last_evict_ms={cpu_evict.COOL_DOWN: last_cpu_evict, memory_evict.COOL_DOWN: last_mem_evict})
 
 
 def slo(**threshold):

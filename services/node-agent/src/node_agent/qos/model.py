@@ -37,10 +37,13 @@ class CgroupWrite:
 
 @dataclass(frozen=True)
 class Eviction:
+    """One pod to evict; once requested it starts the cool-down clock it names."""
+
     uid: str
     namespace: str
     name: str
     strategy: str
+    cool_down: str  # the clock this eviction restarts; the strategy checks it in QoSState.last_evict_ms
     reason: str
     release: Resources = ZERO
 
@@ -94,8 +97,8 @@ class QoSState:
     reserved_cpus: frozenset[int] = frozenset()
     be_history: list[BESample] = field(default_factory=list)
     collect_interval_s: float = 1.0
-    last_cpu_evict_ms: int = 0
-    last_memory_evict_ms: int = 0
+    last_evict_ms: dict[str, int] = field(default_factory=dict)  # cool-down clock -> ms of its last eviction
+    started_ms: int = 0  # when QoS began looking after this node
     node_allocatable_memory: int = 0
 
     @property

@@ -15,6 +15,7 @@ from koordcommon.schemas import NodeSLOSpec
 from ..model import BESample, Eviction, QoSState
 
 NAME = "cpu_evict"
+COOL_DOWN = NAME  # koordlet's BECPUEvict, CPUEvict and CPUAllocatableEvict share this clock
 COOL_DOWN_MS = 20_000
 DEFAULT_USAGE_THRESHOLD = 90
 LAST_WITHIN_MS = 2_000
@@ -72,7 +73,9 @@ def release_milli(state: QoSState, slo: NodeSLOSpec) -> int:
 def plan(state: QoSState, slo: NodeSLOSpec) -> list[Eviction]:
     if not slo.resourceUsedThresholdWithBE.enable:
         return []
-    if state.now_ms - state.last_cpu_evict_ms < COOL_DOWN_MS or state.capacity.cpu_milli <= 0:
+    # koordlet: the clock starts at agent start, so there is no CPU eviction in the first cool-down
+    last = max(state.last_evict_ms.get(COOL_DOWN, 0), state.started_ms)
+    if state.now_ms - last < COOL_DOWN_MS or state.capacity.cpu_milli <= 0:
         return []
     release = release_milli(state, slo)
     if release <= 0:
@@ -103,6 +106,7 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[Eviction]:
                 p.info.namespace,
                 p.info.name,
                 NAME,
+                COOL_DOWN,
                 f"BE cpu satisfaction low: release {release}m",
                 Resources(req, 0),
             )

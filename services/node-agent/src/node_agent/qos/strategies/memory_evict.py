@@ -16,6 +16,7 @@ from koordcommon.schemas import NodeSLOSpec
 from ..model import Eviction, PodState, QoSState
 
 NAME = "memory_evict"
+COOL_DOWN = NAME  # koordlet's BEMemoryEvict, MemoryEvict and MemoryAllocatableEvict share this clock
 COOL_DOWN_MS = 4_000
 
 
@@ -50,7 +51,8 @@ def _compare(a: PodState, b: PodState) -> int:
 def plan(state: QoSState, slo: NodeSLOSpec) -> list[Eviction]:
     if not slo.resourceUsedThresholdWithBE.enable:
         return []
-    if state.last_memory_evict_ms and state.now_ms - state.last_memory_evict_ms < COOL_DOWN_MS:
+    last = state.last_evict_ms.get(COOL_DOWN, 0)  # koordlet: starts at zero, so the first check is immediate
+    if last and state.now_ms - last < COOL_DOWN_MS:
         return []
     release = release_bytes(state, slo)
     if release <= 0:
@@ -62,7 +64,7 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[Eviction]:
             break
         used = p.usage.memory_bytes if p.usage else 0
         out.append(
-            Eviction(p.info.uid, p.info.namespace, p.info.name, NAME,
+            Eviction(p.info.uid, p.info.namespace, p.info.name, NAME, COOL_DOWN,
                      f"node memory over threshold: release {release} bytes", Resources(0, used))
         )
         released += used

@@ -1,0 +1,105 @@
+"""The QoS of one node: its cgroups, topology, NodeSLO, memory between rounds and executor.
+
+A round: `state(...)` turns the node's pods and this round's collected usage into a QoSState,
+`round(state)` plans it (round.plan_round) and has the executor carry the plan out. Nothing
+here needs the bus; `NodeQoS.simulated_node` gives a node on in-memory cgroups.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from pathlib import Path
+
+from koordcommon.model import KubeQoS
+from koordcommon.resources import Resources
+from koordcommon.schemas import Event, NodeSLOSpec
+
+from ..collect.cgroups import SYSTEMD, V2, CgroupLayout, CgroupPathError
+from ..core.pods import PodInfo
+from ..core.reporter import NodeRound
+from .executor import Executor, TokenBucket
+from .files import MemoryCgroupFiles
+from .model import PodState, Processor, QoSState
+from .round import QoSMemory, plan_round
+from .strategies.cpuset import format_cpuset, synthetic_topology
+
+log = logging.getLogger(__name__)
+
+
+def _pair(v: tuple[float, float] | None) -> Resources | None:
+    if v is None or math.isnan(v[0]) or math.isnan(v[1]):
+        return None
+    return Resources(int(v[0]), int(v[1]))
+
+
+class NodeQoS:
+    """One node's QoS: what it keeps between rounds and how it reaches its cgroups and the cluster."""
+
+    def __init__(self, node: str, files, layout: CgroupLayout, processors: list[Processor], executor: Executor,
+                 start_ms: int, simulated: bool) -> None:
+        self.node = node
+        self.files = files
+        self.layout = layout
+        self.processors = processors
+        self.executor = executor
+        self.slo: NodeSLOSpec | None = None
+        self.memory = QoSMemory(started_ms=start_ms)
+        self.simulated = simulated
+
+    @classmethod
+    def simulated_node(cls, node: str, capacity: Resources, start_ms: int, dry_run: bool = False, cluster=None,
+                       limiter: TokenBucket | None = None) -> NodeQoS:
+        """A simulated node: one CPU a core of its capacity, its cgroups in memory (v2, systemd)."""
+        cores = max(capacity.cpu_milli // 1000, 1)
+        files = MemoryCgroupFiles({"cpuset.cpus": format_cpuset(range(cores))})
+        executor = Executor(files, node, dry_run, cluster, limiter)
+        return cls(node, files, CgroupLayout(Path("/sim"), V2, SYSTEMD), synthetic_topology(cores), executor,
+                   start_ms, simulated=True)
+
+    def container_dirs(self, pod: PodInfo, pod_rel: str) -> dict[str, str]:
+        out = {}
+        ids = dict(pod.container_ids)
+        for c in pod.containers:
+            cid = ids.get(c.name)
+            if cid is None and self.simulated:
+                cid = "containerd://" + hashlib.sha256(f"{pod.uid}/{c.name}".encode()).hexdigest()[:32]
+            if cid is None:
+                continue
+            try:
+                out[c.name] = self.layout.container_dir(pod_rel, cid)
+            except CgroupPathError:
+                continue
+        return out
+
+    def state(self, now_ms: int, capacity: Resources, allocatable: Resources, pods: list[PodInfo],
+              r: NodeRound) -> QoSState:
+        states = []
+        for p in pods:
+            try:
+                rel = self.layout.pod_dir(p.uid, p.kube_qos)
+            except CgroupPathError:
+                log.error("pod uid refused as a cgroup path", extra={"uid": p.uid, "node": self.node})
+                continue
+            ratio = None
+            if r.extensions:
+                ratio = r.extensions.get("cpu_throttled_ratio", {}).get(p.uid)
+            states.append(PodState(p, rel, self.container_dirs(p, rel), _pair(r.pods.get(p.uid)), ratio))
+        return QoSState(
+            node=self.node,
+            now_ms=now_ms,
+            capacity=capacity,
+            allocatable=allocatable,
+            node_usage=_pair(r.node),
+            pods=states,
+            qos_dirs={k: self.layout.qos_dir(k) for k in KubeQoS},
+            processors=self.processors,
+            read=self.files.read,
+            node_allocatable_memory=allocatable.memory_bytes,
+        )
+
+    async def round(self, state: QoSState) -> list[Event]:
+        """Plan this round and carry the plan out; the events of what changed."""
+        plan = plan_round(state, self.slo, self.memory, cap_be_usage=self.simulated)
+        return await self.executor.apply(plan, self.memory, state.now_ms)
