@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar
 
@@ -41,8 +41,10 @@ __all__ = [
     "Health",
     "Service",
     "ServiceSettings",
+    "cancel_and_wait",
     "load_settings",
     "progress",
+    "run_until_stopped",
     "settings_config",
     "setup_logging",
 ]
@@ -247,6 +249,58 @@ def progress(logger: logging.Logger, what: str, done: int, total: int, **extra: 
         percent,
         extra={"what": what, "done": done, "total": total, "percent": percent, **extra},
     )
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Future], timeout_s: float | None = None) -> set[asyncio.Future]:
+    """Cancel `tasks` and wait until they have ended; return those still running after
+    `timeout_s` (a task that swallows its cancellation must not hold up a shutdown).
+
+    What a task raises while it ends is dropped: the caller is tearing down.
+    """
+    tasks = list(tasks)
+    for t in tasks:
+        t.cancel()
+    if not tasks:
+        return set()
+    _, running = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: asyncio would log it as never retrieved
+    return running
+
+
+async def run_until_stopped(stopping: asyncio.Event, *work: Awaitable[Any]) -> None:
+    """Run a service's long-lived work (coroutines or tasks) until `stopping` is set, then
+    cancel it and wait until it has ended.
+
+    Every piece is meant to run until it is cancelled or the service stops. One that ends
+    before, by raising or by returning, stops the others and its exception is re-raised (a
+    RuntimeError naming it when it returned), so `main` fails and the process exits non-zero
+    for an orchestrator to restart it, instead of running on without that piece.
+    """
+    tasks = [_as_task(w) for w in work]
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        ended = [t for t in tasks if t.done()]
+    finally:
+        await cancel_and_wait([stop, *tasks])
+    for t in ended:
+        if not t.cancelled() and t.exception() is not None:
+            raise t.exception()
+        if not stopping.is_set():
+            how = "was cancelled" if t.cancelled() else "returned"
+            raise RuntimeError(f"{t.get_name()} {how} before the service stopped")
+
+
+def _as_task(work: Awaitable[Any]) -> asyncio.Future:
+    task = asyncio.ensure_future(work)
+    if task is not work and inspect.iscoroutine(work) and isinstance(task, asyncio.Task):
+        task.set_name(work.__qualname__)
+    return task
 
 
 # --------------------------------------------------------------------------- health

@@ -20,6 +20,7 @@ from koordcommon.cluster.port import ClusterEvent, ClusterPort
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import published_prefix
 from koordcommon.schemas import NodeMetric, NodeResource, NodeSLO
+from koordcommon.service import cancel_and_wait
 from prometheus_client import Counter, Gauge, Histogram
 
 from .core.config import KEY_COLOCATION, NodeColocation
@@ -108,13 +109,8 @@ class SLOController:
         log.info("slo-controller started", extra={"nodes": len(self.nodes), "pods": len(self._pod_node)})
 
     async def close(self, timeout_s: float = 5.0) -> None:
-        for t in self._tasks:
-            t.cancel()
-        if self._tasks:
-            # Bounded: a task that swallows its cancellation must not hold up shutdown.
-            _, stuck = await asyncio.wait(self._tasks, timeout=timeout_s)
-            for t in stuck:
-                log.warning("task did not stop on cancel", extra={"task": t.get_name()})
+        for t in await cancel_and_wait(self._tasks, timeout_s):
+            log.warning("task did not stop on cancel", extra={"task": t.get_name()})
         self._tasks.clear()
 
     # ------------------------------------------------------------------ inputs

@@ -9,10 +9,9 @@ is configured).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
-from koordcommon.service import Service, load_settings
+from koordcommon.service import Service, load_settings, run_until_stopped
 from koordcommon.wiring import start_bus, start_cluster
 
 from .api import create_router as create_api_router
@@ -81,14 +80,7 @@ async def run(svc: Service) -> None:
     svc.health.add_check("controller", controller.ready.is_set)
     svc.on_shutdown(controller.close)
     svc.mark_started()
-    try:
-        await svc.stopping.wait()
-    finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(BaseException):
-                await t
+    await run_until_stopped(svc.stopping, *tasks)
 
 
 def _load_profiles(store: ProfileStore):
