@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from typing import TypeVar
 
 from koordcommon.service import Service, ServiceSettings, load_settings, settings_config
 from koordcommon.wiring import start_bus, start_cluster
@@ -14,6 +16,8 @@ from .core.engine import RecommenderState
 from .core.estimator import EstimatorConfig
 from .runner import Intervals, Recommender
 from .store import CheckpointStore
+
+C = TypeVar("C")
 
 
 class Settings(ServiceSettings):
@@ -40,22 +44,14 @@ class Settings(ServiceSettings):
 
 def build_state(s: Settings) -> RecommenderState:
     return RecommenderState(
-        AggregationConfig(
-            cpu_half_life_s=s.cpu_half_life_s,
-            memory_half_life_s=s.memory_half_life_s,
-            memory_aggregation_interval_s=s.memory_aggregation_interval_s,
-            memory_aggregation_interval_count=s.memory_aggregation_interval_count,
-            oom_bump_up_ratio=s.oom_bump_up_ratio,
-            oom_min_bump_up_bytes=s.oom_min_bump_up_bytes,
-        ),
-        EstimatorConfig(
-            safety_margin=s.safety_margin,
-            pod_min_cpu_milli=s.pod_min_cpu_milli,
-            pod_min_memory_bytes=s.pod_min_memory_bytes,
-            sample_interval_s=s.sample_interval_s,
-        ),
-        change_threshold=s.change_threshold,
+        core_config(AggregationConfig, s), core_config(EstimatorConfig, s), change_threshold=s.change_threshold
     )
+
+
+def core_config(config: type[C], s: Settings) -> C:
+    """A core config dataclass with every field the settings carry under the same name
+    (the others keep the core's defaults)."""
+    return config(**{f.name: getattr(s, f.name) for f in dataclasses.fields(config) if f.name in Settings.model_fields})
 
 
 async def run(svc: Service) -> None:
