@@ -16,9 +16,9 @@ from koordcommon import schemas
 from koordcommon.cluster.port import ClusterPort
 from koordcommon.quantity import format_quantity
 from koordcommon.records import OwnerRef, PodRecord
+from koordcommon.workload import WorkloadKey, workload_of_owner
 
 from .core.engine import WorkloadResult
-from .core.workload import WorkloadKey, workload_of
 
 log = logging.getLogger("recommender.cluster")
 
@@ -31,8 +31,8 @@ _WORKLOAD_API = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet":
 class WorkloadResolver:
     """(namespace, owner) -> workload, asking the cluster port once per ReplicaSet.
 
-    When the port cannot answer (no cluster, API error) the "<deployment>-<hash>" naming
-    rule decides; the answer is cached either way (bounded, least recently used out).
+    When the port cannot answer (no cluster, API error) the naming rules of
+    `koordcommon.workload` decide; the answer is cached either way (bounded, least recently used out).
     """
 
     def __init__(self, cluster: ClusterPort | None, cache_size: int = 10_000) -> None:
@@ -44,7 +44,7 @@ class WorkloadResolver:
         kind = pod.owner.kind if pod.owner else ""
         name = pod.owner.name if pod.owner else ""
         if kind != "ReplicaSet" or self.cluster is None:
-            return workload_of(pod.namespace, kind, name, pod.name)
+            return workload_of_owner(pod.namespace, kind, name, pod.name)
         key = (pod.namespace, kind, name)
         hit = self._cache.get(key)
         if hit is not None:
@@ -59,7 +59,7 @@ class WorkloadResolver:
         # A port that only echoes the ReplicaSet back did not know it: the naming rule is better.
         if resolved is not None and resolved == (kind, name):
             resolved = None
-        wl = workload_of(pod.namespace, kind, name, pod.name, resolved)
+        wl = workload_of_owner(pod.namespace, kind, name, pod.name, resolved=resolved)
         self._cache[key] = wl
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
