@@ -172,7 +172,9 @@ class ContainerUsage(FastPayload, kw_only=True):
     last_oom_ms: int | None = None  # the container's most recent OOM kill (recommender bumps memory)
 
 
-class PodUsage(FastPayload, kw_only=True):
+class PodIdentity(FastPayload, kw_only=True):
+    """Which pod, its classes and what it declared: the fields every per-pod entry starts with."""
+
     uid: str
     namespace: str
     name: str
@@ -182,6 +184,9 @@ class PodUsage(FastPayload, kw_only=True):
     priority: int | None = None
     requests: Resources = Resources()
     limits: Resources = Resources()
+
+
+class PodUsage(PodIdentity, kw_only=True):
     batch_requests: Resources = Resources()  # koordinator.sh/batch-cpu (milli) / batch-memory
     usage: Resources = Resources()
     containers: list[ContainerUsage] = []
@@ -212,16 +217,7 @@ class AggregatedUsage(FastPayload, kw_only=True):
     p99: Resources | None = None
 
 
-class PodMetric(FastPayload, kw_only=True):
-    uid: str
-    namespace: str
-    name: str
-    owner: Owner | None = None
-    qos: QoSClass = QoSClass.NONE
-    priority_class: PriorityClass = PriorityClass.NONE
-    priority: int | None = None
-    requests: Resources = Resources()
-    limits: Resources = Resources()
+class PodMetric(PodIdentity, kw_only=True):
     usage: Resources  # average over the aggregate window
     aggregated: list[AggregatedUsage] = []
 
