@@ -48,6 +48,13 @@ def _dict(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
+def _parts(obj: Any, kind: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """An object's metadata, spec and status (each {} when absent or not an object)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{kind} must be a JSON object, got {type(obj).__name__}")  # noqa: TRY004 - decode errors are ValueErrors
+    return _dict(obj.get("metadata")), _dict(obj.get("spec")), _dict(obj.get("status"))
+
+
 def _list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
@@ -153,9 +160,7 @@ def _container_ids(status: dict[str, Any]) -> dict[str, str]:
 
 def pod_from_k8s(obj: dict[str, Any]) -> PodRecord:
     """A v1 Pod dict to a PodRecord (resources parsed to integers, times to epoch ms)."""
-    if not isinstance(obj, dict):
-        raise ValueError(f"pod must be a JSON object, got {type(obj).__name__}")  # noqa: TRY004 - decode errors are ValueErrors
-    meta, spec, status = _dict(obj.get("metadata")), _dict(obj.get("spec")), _dict(obj.get("status"))
+    meta, spec, status = _parts(obj, "pod")
     name = _str(meta.get("name"))
     return PodRecord(
         namespace=_str(meta.get("namespace")) or DEFAULT_NAMESPACE,
@@ -417,9 +422,7 @@ def _node_ready(conditions: Any) -> bool:
 
 def node_from_k8s(obj: dict[str, Any]) -> NodeRecord:
     """A v1 Node dict to a NodeRecord."""
-    if not isinstance(obj, dict):
-        raise ValueError(f"node must be a JSON object, got {type(obj).__name__}")  # noqa: TRY004 - decode errors are ValueErrors
-    meta, spec, status = _dict(obj.get("metadata")), _dict(obj.get("spec")), _dict(obj.get("status"))
+    meta, spec, status = _parts(obj, "node")
     name = _str(meta.get("name"))
     taints = []
     for t in _list(spec.get("taints")):
