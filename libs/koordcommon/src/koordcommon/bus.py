@@ -271,6 +271,18 @@ class Bus:
         prefix = f"{self.namespace}."
         return subject[len(prefix) :] if self.namespace and subject.startswith(prefix) else subject
 
+    def _delivery(self, m: Msg, msg: M) -> Delivery[M]:
+        """A decoded JetStream message as its handler sees it."""
+        md = m.metadata
+        return Delivery(
+            subject=self.local_subject(m.subject),
+            msg=msg,
+            stream_seq=md.sequence.stream,
+            num_delivered=md.num_delivered,
+            headers=dict(m.headers or {}),
+            pending=md.num_pending,
+        )
+
     def wire_stream(self, stream: StreamRef) -> str:
         name = _stream_name(stream)
         return f"{self.namespace}_{name}" if self.namespace else name
@@ -572,15 +584,7 @@ class Bus:
             except SchemaError as exc:
                 await self._dead_letter(m, exc, schema, label)
                 continue
-            md = m.metadata
-            yield Delivery(
-                subject=self.local_subject(m.subject),
-                msg=msg,
-                stream_seq=md.sequence.stream,
-                num_delivered=md.num_delivered,
-                headers=dict(m.headers or {}),
-                pending=md.num_pending,
-            )
+            yield self._delivery(m, msg)
 
     async def _ordered(self, wire_stream: str, wire_filter: str, deliver: Deliver, batch: int) -> AsyncIterator[Msg]:
         """Ephemeral ack-less pull consumer, re-created from the last stream sequence seen whenever
@@ -898,18 +902,8 @@ class Consumer(Generic[M]):
                 else:
                     await _quietly(m.nak(self.nak_delay_s))
                 continue
-            md = m.metadata
             good.append(m)
-            deliveries.append(
-                Delivery(
-                    subject=bus.local_subject(m.subject),
-                    msg=msg,
-                    stream_seq=md.sequence.stream,
-                    num_delivered=md.num_delivered,
-                    headers=dict(m.headers or {}),
-                    pending=md.num_pending,
-                )
-            )
+            deliveries.append(bus._delivery(m, msg))
         if not deliveries:
             return
         keepalive = asyncio.create_task(self._keep_in_progress(good))
