@@ -28,13 +28,14 @@ from koordcommon.schemas import (
     PodUsage,
 )
 
-from .aggregate import percentile_index, to_resources, window_stats
+from .aggregate import WindowStats, percentile_index, to_resources, window_stats
 from .pods import PodInfo
 from .ring import SlotRing
 
 NODE = "node"
 SYSTEM = "system"
 NAN2 = (math.nan, math.nan)
+NODE_ROWS = np.array([0, 1])  # the node ring's columns of NODE and SYSTEM (the order record() pushes them in)
 
 Pair = tuple[float, float]  # (cpu milli-cores, memory bytes); NaN = no value this round
 
@@ -142,11 +143,8 @@ class NodeHistory:
     def sample(self, now_ms: int, window_s: float, extensions: dict | None = None) -> NodeMetricSample | None:
         """Averages over (now - window, now]; None when the node has no usage in it."""
         since = now_ms - int(window_s * 1000)
-        ts, values = self.node_ring.window(since, now_ms)
-        if not len(ts):
-            return None
-        node_stats = window_stats(ts, values, np.array([0, 1]), percentiles=False)
-        if not node_stats.ok[0]:
+        node_stats = self._node_averages(since, now_ms)
+        if node_stats is None:
             return None
         pod_avgs = self._averages(self.pod_ring, since, now_ms)
         cont_avgs = self._averages(self.container_ring, since, now_ms)
@@ -202,17 +200,14 @@ class NodeHistory:
         report_interval_s: int = 60,
     ) -> NodeMetric | None:
         since = now_ms - aggregate_s * 1000
-        ts, values = self.node_ring.window(since, now_ms)
-        if not len(ts):
-            return None
-        main = window_stats(ts, values, np.array([0, 1]), percentiles=False)
-        if not main.ok[0]:
+        main = self._node_averages(since, now_ms)
+        if main is None:
             return None
         agg_node: list[AggregatedUsage] = []
         agg_system: list[AggregatedUsage] = []
         for d in durations_s:
             t, v = self.node_ring.window(now_ms - d * 1000, now_ms)
-            st = window_stats(t, v, np.array([0, 1]), duration_ms=d * 1000)
+            st = window_stats(t, v, NODE_ROWS, duration_ms=d * 1000)
             agg_node.append(_aggregated(st, 0, d))
             agg_system.append(_aggregated(st, 1, d))
 
@@ -296,6 +291,14 @@ class NodeHistory:
         return Resources(reclaim_cpu, reclaim_mem), Resources(peak_cpu, peak_mem)
 
     # -- helpers
+
+    def _node_averages(self, since: int, until: int) -> WindowStats | None:
+        """Node and system averages over (since, until]; None when the node has no usage in it."""
+        ts, values = self.node_ring.window(since, until)
+        if not len(ts):
+            return None
+        stats = window_stats(ts, values, NODE_ROWS, percentiles=False)
+        return stats if stats.ok[0] else None
 
     def _live_pod_columns(self) -> tuple[list[str], np.ndarray]:
         keys = [uid for uid in self.pods if uid in self.pod_ring]
