@@ -324,23 +324,41 @@ def _job(phase, mode=mig.RESERVATION_FIRST, started=0.0):
     return j
 
 
+NEW = "default/b-x7k2q"  # the replacement's key
+
+
 @pytest.mark.parametrize(
-    "phase,mode,obs,now,action",
+    "phase,mode,obs,now,action,reason",
     [
-        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Pending"), 10, mig.SCHEDULE_RESERVATION),
-        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold"), 10, mig.EVICT),
-        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Available", ""), 10, mig.SCHEDULE_RESERVATION),
-        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Pending"), 60, mig.ROLLBACK),  # wait is over
-        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Failed"), 1, mig.ROLLBACK),  # unschedulable / expired
-        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation(""), 1, mig.ROLLBACK),  # deleted under us
-        (mig.EVICTING, mig.EVICT_DIRECTLY, mig.Observation(), 1, mig.EVICT),
-        (mig.EVICTING, mig.EVICT_DIRECTLY, mig.Observation(), 300, mig.ROLLBACK),
-        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold"), 10, mig.WAIT),
-        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold", "cold"), 10, mig.CONSUME),
-        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold", "other"), 10, mig.RELEASE),
-        (mig.WAITING, mig.EVICT_DIRECTLY, mig.Observation(replacement_node="other"), 10, mig.DONE),
-        (mig.WAITING, mig.EVICT_DIRECTLY, mig.Observation(), 300, mig.TIMEOUT),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Pending"), 10, mig.SCHEDULE_RESERVATION, ""),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold"), 10, mig.EVICT, ""),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Available", ""), 10, mig.SCHEDULE_RESERVATION, ""),
+        # the wait (60 s) is over
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Pending"), 60, mig.ROLLBACK, "ReservationTimeout"),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Available", ""), 60, mig.ROLLBACK, "Timeout"),
+        # unschedulable / expired, with the scheduler's word from the reservation's condition
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Failed"), 1, mig.ROLLBACK, "Unschedulable"),
+        (mig.RESERVING, mig.RESERVATION_FIRST,
+         mig.Observation("Failed", reservation_message="0/4 nodes are available: 3 Insufficient cpu."), 1,
+         mig.ROLLBACK, "Unschedulable: 0/4 nodes are available: 3 Insufficient cpu."),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation("Succeeded", "cold"), 1, mig.ROLLBACK,
+         "ReservationConsumedByOther"),
+        (mig.RESERVING, mig.RESERVATION_FIRST, mig.Observation(""), 1, mig.ROLLBACK, "MissingReservation"),  # deleted
+        (mig.EVICTING, mig.EVICT_DIRECTLY, mig.Observation(), 1, mig.EVICT, ""),
+        (mig.EVICTING, mig.EVICT_DIRECTLY, mig.Observation(), 300, mig.ROLLBACK, "Timeout"),
+        (mig.EVICTING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold"), 300, mig.ROLLBACK, "Timeout"),
+        (mig.EVICTING, mig.RESERVATION_FIRST, mig.Observation("Failed", reservation_message="expired"), 300,
+         mig.ROLLBACK, "Unschedulable: expired"),
+        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold"), 10, mig.WAIT, ""),
+        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold", "cold", replacement=NEW), 10,
+         mig.CONSUME, f"replacement {NEW} bound on cold"),
+        (mig.WAITING, mig.RESERVATION_FIRST, mig.Observation("Available", "cold", "other", replacement=NEW), 10,
+         mig.RELEASE, f"replacement {NEW} bound on other"),
+        (mig.WAITING, mig.EVICT_DIRECTLY, mig.Observation(replacement_node="other", replacement=NEW), 10,
+         mig.DONE, f"replacement {NEW} bound on other"),
+        (mig.WAITING, mig.EVICT_DIRECTLY, mig.Observation(), 299, mig.WAIT, ""),
+        (mig.WAITING, mig.EVICT_DIRECTLY, mig.Observation(), 300, mig.TIMEOUT, "Timeout"),
     ],
 )
-def test_migration_job_steps(phase, mode, obs, now, action):
-    assert mig.step(_job(phase, mode), obs, now) == action
+def test_migration_job_steps(phase, mode, obs, now, action, reason):
+    assert mig.step(_job(phase, mode), obs, now) == mig.Action(action, reason)

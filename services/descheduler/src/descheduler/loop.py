@@ -270,7 +270,12 @@ class Descheduler:
         replacement = None
         if job.phase == mig.WAITING:
             replacement = self._replacement(job, pods)
-        return mig.Observation(phase, node, replacement.node_name if replacement else ""), obj, replacement
+        obs = mig.Observation(
+            phase, node, replacement.node_name if replacement else "",
+            reservation_message=_condition_message(obj) if obj is not None else "",
+            replacement=replacement.key if replacement else "",
+        )
+        return obs, obj, replacement
 
     def _replacement(self, job: mig.Job, pods: list[PodRecord]) -> PodRecord | None:
         """A new pod of the same controller, bound, that no other job claimed."""
@@ -298,7 +303,8 @@ class Descheduler:
             if job.done:
                 return
             obs, obj, replacement = await self._observe(job, pods)
-            action = mig.step(job, obs, self.clock())
+            decision = mig.step(job, obs, self.clock())
+            action = decision.kind
             m = job.migration
             target = self._target(m)
             if action == mig.SCHEDULE_RESERVATION:
@@ -314,17 +320,7 @@ class Descheduler:
                     RESERVATIONS.labels("unschedulable").inc()
                 continue
             if action == mig.ROLLBACK:
-                why = {
-                    "": "MissingReservation" if job.phase == mig.RESERVING else "Timeout",
-                    "Failed": "Unschedulable",
-                    "Succeeded": "ReservationConsumedByOther",
-                }.get(obs.reservation_phase, "Timeout")
-                if job.phase == mig.RESERVING and obs.reservation_phase == "Pending":
-                    why = "ReservationTimeout"
-                if obj is not None:
-                    message = _condition_message(obj)
-                    why = f"{why}: {message}" if message else why
-                await self._rollback(job, why)
+                await self._rollback(job, decision.reason)
                 return
             if action == mig.EVICT:
                 if job.reservation:
@@ -340,15 +336,14 @@ class Descheduler:
                     RESERVATIONS.labels("consumed").inc()
                 elif action == mig.RELEASE:
                     await self._delete_reservation(job)
-                reason = f"replacement {replacement.key} bound on {replacement.node_name}"
-                await self._event(m.source, "migrated", reason,
+                await self._event(m.source, "migrated", decision.reason,
                                   {**target, "replacement": replacement.key, "replacement_node": replacement.node_name})
-                await self._finish(job, mig.SUCCEEDED, reason)
+                await self._finish(job, mig.SUCCEEDED, decision.reason)
                 return
             if action == mig.TIMEOUT:
                 await self._delete_reservation(job)
                 await self._event(m.source, "timeout", "no replacement bound before the job's TTL", target)
-                await self._finish(job, mig.FAILED, "Timeout")
+                await self._finish(job, mig.FAILED, decision.reason)
                 return
             return
 
@@ -427,6 +422,14 @@ class Descheduler:
 
 
 def _controller_key(namespace: str, owner) -> tuple[str, str, str] | None:
+    """The controller that recreates an evicted pod, by uid: not the workload (workload_of).
+
+    A replacement comes from the very ReplicaSet (Job, StatefulSet) the evicted pod belonged to,
+    and that controller is what the Reservation names as its owner, so only its pods consume it.
+    The workload identity is coarser on purpose: during a Deployment rollout a pod of the new
+    ReplicaSet is not this pod's replacement, and a controller deleted and recreated under the
+    same name is another controller. The name stands in only when the owner reference has no uid.
+    """
     if owner is None:
         return None
     return (namespace, owner.kind, owner.uid or owner.name)

@@ -5,7 +5,7 @@ A job moves one pod. EvictDirectly: evict, then wait for the replacement. Reserv
 reserve room on the target, wait until the reservation is Available, evict, then wait until
 the replacement is bound on the reservation's node. Before the eviction every failure rolls
 back cleanly (the reservation is deleted, the pod stays); after it the job only ends.
-`step` is pure: the adapter observes the cluster, asks what to do, and does it.
+`step` is pure: the adapter observes the cluster, asks what to do and why, and does it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 TERMINAL = (SUCCEEDED, FAILED)
 
-# actions returned by `step`
+# kinds of action returned by `step`
 WAIT = "wait"
 SCHEDULE_RESERVATION = "schedule-reservation"
 EVICT = "evict"
@@ -34,6 +34,17 @@ CONSUME = "consume"  # the replacement is bound on the reservation's node
 DONE = "done"  # the replacement is bound (no reservation to consume)
 RELEASE = "release"  # the replacement went elsewhere: delete the unused reservation
 TIMEOUT = "timeout"
+
+# Why a reservation that ended is of no use to the job; the job's reason starts with this code.
+_RESERVATION_ENDED = {"Failed": "Unschedulable", "Succeeded": "ReservationConsumedByOther"}
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the adapter does next for a job, and why (the job's reason when the action ends it)."""
+
+    kind: str
+    reason: str = ""
 
 
 @dataclass
@@ -72,31 +83,41 @@ class Observation:
     reservation_phase: str = ""  # "" when the reservation does not exist (or there is none)
     reservation_node: str = ""
     replacement_node: str = ""  # a new pod of the workload bound to this node ("" none yet)
+    reservation_message: str = ""  # the message of the reservation's first False condition
+    replacement: str = ""  # that new pod's key
 
 
-def step(job: Job, obs: Observation, now_s: float) -> str:
-    """The next action for a job that is not finished."""
+def step(job: Job, obs: Observation, now_s: float) -> Action:
+    """The next action for a job that is not finished, with its reason."""
     if job.phase == RESERVING:
         if obs.reservation_phase == "Available" and obs.reservation_node:
-            return EVICT
-        if obs.reservation_phase in ("Failed", "Succeeded", ""):
-            return ROLLBACK  # expired, unschedulable, consumed by someone else or deleted
+            return Action(EVICT)
+        if obs.reservation_phase == "":
+            return _rollback("MissingReservation", obs)  # deleted under us
+        if obs.reservation_phase in _RESERVATION_ENDED:  # unschedulable, expired, or consumed by another pod
+            return _rollback(_RESERVATION_ENDED[obs.reservation_phase], obs)
         if now_s - job.started_s >= min(job.reservation_wait_s, job.ttl_s):
-            return ROLLBACK
-        return SCHEDULE_RESERVATION
+            return _rollback("ReservationTimeout" if obs.reservation_phase == "Pending" else "Timeout", obs)
+        return Action(SCHEDULE_RESERVATION)
     if job.phase == EVICTING:
         if now_s - job.started_s >= job.ttl_s:
-            return ROLLBACK
-        return EVICT
+            return _rollback(_RESERVATION_ENDED.get(obs.reservation_phase, "Timeout"), obs)
+        return Action(EVICT)
     if job.phase == WAITING:
         if obs.replacement_node:
+            bound = f"replacement {obs.replacement} bound on {obs.replacement_node}"
             if job.reservation and obs.replacement_node == job.reservation_node:
-                return CONSUME
-            return RELEASE if job.reservation else DONE
+                return Action(CONSUME, bound)
+            return Action(RELEASE if job.reservation else DONE, bound)
         if now_s - job.started_s >= job.ttl_s:
-            return TIMEOUT
-        return WAIT
-    return WAIT
+            return Action(TIMEOUT, "Timeout")
+        return Action(WAIT)
+    return Action(WAIT)
+
+
+def _rollback(code: str, obs: Observation) -> Action:
+    """A rollback's reason: its code, then what the reservation's status says, if anything."""
+    return Action(ROLLBACK, f"{code}: {obs.reservation_message}" if obs.reservation_message else code)
 
 
 def in_flight(jobs: list[Job]) -> LimitCounter:
