@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from descheduler.core import migration as mig
 from descheduler.core.anomaly import ANOMALY, OK, Detector
@@ -12,17 +14,35 @@ from descheduler.core.lownodeload import (
     HIGH,
     LOW,
     NORMAL,
+    PROD_DETECTOR,
     PROD_HIGH,
     PROD_LOW,
     UNKNOWN,
+    BalancePass,
     LimitCounter,
     NodeState,
     PodState,
+    RoundPlan,
+    RoundState,
+    Skip,
+    claim_target,
     classify,
+    classify_nodes,
+    enough_low_nodes,
+    evict_from,
+    exclusion,
     forbidden_by_replicas,
+    hottest_first,
+    overutilized_reason,
+    pick_sources,
     plan_round,
+    pool_members,
+    prod_room,
+    room_under,
+    threshold_qty,
     usage_percent,
     victim_order,
+    victims_on,
 )
 from koordcommon.model import KubeQoS, PriorityClass, QoSClass
 from koordcommon.records import ContainerSpec, OwnerRef, PodRecord
@@ -314,6 +334,214 @@ def test_jobs_in_flight_count_against_the_limits_but_not_the_round():
         in_flight.add("elsewhere", "default", "default/Deployment/x", planned=False)
     plan = plan_round(args, [node("hot", 9900, 50), node("cold", 1000, 10)], pods, {}, now_s=0, in_flight=in_flight)
     assert plan.migrations == [] and {s.reason for s in plan.skipped} == {"maxMigratingGlobally reached"}
+
+
+# ---------------------------------------------------------------- the round's steps, one by one
+
+
+def _highs(*nodes, pool=POOL, which="high"):
+    return {n.name: threshold_qty(pool, n.allocatable, which) for n in nodes}
+
+
+def _node_pass(sources, targets, room=None, pool=POOL):
+    highs = _highs(*sources, *targets, pool=pool)
+    room = room if room is not None else room_under(targets, highs)
+    return BalancePass(False, sources, targets, room, highs, pool.highThresholds, highs, None)
+
+
+def _round_state(args, detectors=None):
+    return RoundState(args, RoundPlan(), LimitCounter(), {}, {}, {}, {} if detectors is None else detectors, 0.0)
+
+
+def test_pool_members_leave_out_drained_nodes_only_for_a_pool_with_a_selector():
+    nodes = [node("a", 1000, 10), node("b", 9000, 50), node("c", 1000, 10)]
+    nodes[1].labels = nodes[2].labels = {"zone": "b"}
+    assert [n.name for n in pool_members(NodePool(), nodes, {"b"})] == ["a", "b", "c"]
+    assert [n.name for n in pool_members(NodePool(nodeSelector={"zone": "b"}), nodes, {"b"})] == ["c"]
+    assert [n.name for n in pool_members(NodePool(nodeSelector={"zone": "b"}), nodes, set())] == ["b", "c"]
+
+
+def test_classify_nodes_groups_the_fresh_nodes_by_class():
+    members = [node("hot", 9000, 50), node("cold", 1000, 10), node("warm", 6000, 50), node("silent", None, 0),
+               node("cold2", 4500, 55)]
+    classes = classify_nodes(POOL, members)
+    assert classes.of == {"hot": HIGH, "cold": LOW, "warm": NORMAL, "silent": UNKNOWN, "cold2": LOW}
+    assert [n.name for n in classes.fresh] == ["hot", "cold", "warm", "cold2"]
+    assert [n.name for n in classes[HIGH]] == ["hot"] and classes[PROD_HIGH] == []
+    assert [n.name for n in classes.lows] == ["cold", "cold2"]
+    prod = classify_nodes(PROD_POOL, [prod_node("b", 4000, 2000), prod_node("p", 6000, 1500), prod_node("l", 4000, 3000)])
+    assert [n.name for n in prod.lows] == ["l", "p", "b"]  # low, prodLow, bothLow
+
+
+@pytest.mark.parametrize(
+    "abnormalities,prior_marks,sources",
+    [
+        # Koordinator's Test_filterRealAbnormalNodes (two hot nodes, consecutiveNormalities 1)
+        (1, {}, ["n1", "n2"]),  # bypass: hot is enough
+        (2, {}, []),  # this round is the 1st mark
+        (2, {"n1": 2, "n2": 2}, ["n1", "n2"]),  # the 3rd mark, 3 > 2
+        (2, {"n2": 2}, ["n2"]),
+    ],
+)
+def test_pick_sources_takes_the_nodes_hot_for_more_than_n_rounds(abnormalities, prior_marks, sources):
+    pool = NodePool(anomalyCondition=AnomalyCondition(consecutiveAbnormalities=abnormalities, consecutiveNormalities=1))
+    detectors = {}
+    for name, marks in prior_marks.items():
+        detectors[name] = Detector(pool.anomalyCondition)
+        for i in range(marks):
+            detectors[name].mark(False, float(i))
+    classes = classify_nodes(pool, [node("n1", 9000, 50), node("n2", 8000, 50), node("cold", 1000, 10)])
+    high, prod_high = pick_sources(pool, classes, detectors, now_s=10.0)
+    assert [n.name for n in high] == sources and prod_high == []
+    assert "cold" not in detectors  # a node that is not hot gets no detector
+
+
+def test_pick_sources_marks_normal_nodes_normal_and_keeps_prod_detectors_apart():
+    pool = NodePool(prodLowThresholds={"cpu": 20}, prodHighThresholds={"cpu": 40},
+                    anomalyCondition=AnomalyCondition(consecutiveAbnormalities=2, consecutiveNormalities=3))
+    detectors = {}
+    for t in range(3):
+        high, prod_high = pick_sources(pool, classify_nodes(pool, [prod_node("p", 6000, 4500)]), detectors, float(t))
+    assert high == [] and [n.name for n in prod_high] == ["p"]  # the 3rd prod-hot round
+    assert set(detectors) == {PROD_DETECTOR + "p"}
+    pick_sources(pool, classify_nodes(pool, [prod_node("p", 6000, 3000)]), detectors, 3.0)  # normal now
+    assert detectors[PROD_DETECTOR + "p"].normalities == 1
+
+
+@pytest.mark.parametrize(
+    "number_of_nodes,lows,members,enough",
+    [(0, 1, 3, True), (1, 1, 3, False), (1, 2, 3, True), (0, 3, 3, False)],
+)
+def test_enough_low_nodes(number_of_nodes, lows, members, enough):
+    nodes = [node(f"n{i}", 1000, 10) for i in range(members)]
+    assert enough_low_nodes(LowNodeLoadArgs(numberOfNodes=number_of_nodes), nodes[:lows], nodes) is enough
+
+
+def test_room_under_sums_what_each_target_can_take_before_its_high_threshold():
+    targets = [node("cold-a", 1000, 10), node("cold-b", 2000, 20), node("full", 8000, 90)]
+    # high 7500m / 80 Gi of 10 cores / 100 Gi: 6500m + 5500m (+ nothing from the node over it)
+    assert room_under(targets, _highs(*targets)) == Resources(12_000, 130 * GI)
+
+
+def test_prod_room_caps_the_bothlow_share_by_what_the_node_pass_left():
+    p, b = prod_node("p", 6000, 1500), prod_node("b", 4000, 500)  # prodLow, bothLow (prodHigh 40 % cpu, 100 % memory)
+    classes = classify_nodes(PROD_POOL, [p, b])
+    assert classes.of == {"p": PROD_LOW, "b": BOTH_LOW}
+    prod_highs = _highs(p, b, pool=PROD_POOL, which="prodHigh")
+    both_low_room = room_under([b], _highs(b, pool=PROD_POOL))  # 3500m / 70 Gi under high
+    # the node pass used 2000m / 5 Gi: 1500m / 65 Gi left of bothLow's room; b's prod room is 3500m / 99 Gi
+    room = prod_room(classes, prod_highs, both_low_room, used=Resources(2000, 5 * GI))
+    assert room == Resources(2500 + 1500, 99 * GI + 65 * GI)
+    assert prod_room(classes, prod_highs, both_low_room, used=Resources()) == Resources(2500 + 3500, 99 * GI + 70 * GI)
+
+
+def test_hottest_first_orders_sources_by_koordinators_usage_score():
+    # scores (cpu + memory per mille) / 2: a 700, b 850, c 575, d 700
+    sources = [node("a", 9000, 50), node("b", 8000, 90), node("c", 9500, 20), node("d", 9000, 50)]
+    assert [n.name for n in hottest_first(POOL, sources)] == ["b", "a", "d", "c"]
+
+
+@pytest.mark.parametrize(
+    "changes,args_kw,replicas,reason",
+    [
+        ({}, {}, {}, None),
+        ({"non_evictable": "DaemonSet pod"}, {}, {}, "DaemonSet pod"),
+        ({}, {"evictableNamespaces": {"include": ["batch"]}}, {}, "namespace default is not evictable"),
+        ({}, {}, {"default/Deployment/web": 1}, "workload has a single replica"),
+        ({"usage": None}, {}, {}, "no usage metric"),
+    ],
+)
+def test_exclusion(changes, args_kw, replicas, reason):
+    p = dataclasses.replace(pod("a", "hot", 600, workload="default/Deployment/web"), **changes)
+    assert exclusion(LowNodeLoadArgs(**args_kw), p, replicas) == reason
+
+
+def test_claim_target_takes_the_least_used_fitting_target_and_keeps_the_pods_usage_there():
+    a, b = node("cold-a", 1000, 10), node("cold-b", 2000, 20)
+    ps = _node_pass([node("hot", 9000, 50)], [a, b])
+    assert claim_target(POOL, pod("p1", "hot", 3000), ps) is a
+    assert a.usage == Resources(4000, 11 * GI)  # counted there, moved or not (Koordinator's quirk)
+    assert claim_target(POOL, pod("p2", "hot", 3000), ps) is b  # a scores 255 now, b 200
+    assert claim_target(POOL, pod("big", "hot", 6000), ps) is None  # over 7500m on both
+    assert (a.usage, b.usage) == (Resources(4000, 11 * GI), Resources(5000, 21 * GI))
+    a.requested = Resources(9500, 0)
+    assert claim_target(POOL, pod("p3", "hot", 600), ps) is b  # a is less used, but its requests no longer fit a
+
+
+def test_victims_on_a_source_in_eviction_order_with_their_targets_and_the_excluded():
+    hot, cold = node("hot", 9000, 50), node("cold", 1000, 10)
+    pods = [pod("b1", "hot", 600, created=1), pod("b2", "hot", 600, created=2),
+            pod("web", "hot", 3000, cls=PriorityClass.PROD, qos=QoSClass.LS, priority=9000),
+            dataclasses.replace(pod("ds", "hot", 100), non_evictable="DaemonSet pod"),
+            pod("huge", "hot", 9000)]
+    victims, skipped = victims_on(_args(), POOL, _node_pass([hot], [cold]), hot, pods, {})
+    assert [(p.name, t.name) for p, t in victims] == [("b2", "cold"), ("b1", "cold"), ("web", "cold")]
+    assert skipped == [Skip("default/ds", "hot", "DaemonSet pod"),
+                       Skip("default/huge", "hot", "fits on no low node under its thresholds")]
+    # without nodeFit a pod that fits nowhere still goes, to the first target
+    victims, skipped = victims_on(_args(nodeFit=False), POOL, _node_pass([hot], [node("cold", 1000, 10)]), hot,
+                                  [pod("huge", "hot", 9000)], {})
+    assert [(p.name, t.name) for p, t in victims] == [("huge", "cold")] and skipped == []
+
+
+def test_victims_on_in_the_prod_pass_are_prod_pods_only():
+    hot, cold = prod_node("hot", 6000, 5000), prod_node("cold", 1000, 500)
+    highs, prod_highs = _highs(hot, cold, pool=PROD_POOL), _highs(hot, cold, pool=PROD_POOL, which="prodHigh")
+    ps = BalancePass(True, [hot], [cold], Resources(3500, 99 * GI), prod_highs, PROD_POOL.prodHighThresholds,
+                     highs, prod_highs)
+    pods = [pod("batch", "hot", 1000), pod("web", "hot", 1200, cls=PriorityClass.PROD, qos=QoSClass.LS, priority=9000)]
+    victims, skipped = victims_on(_args(), PROD_POOL, ps, hot, pods, {})
+    assert [p.name for p, _ in victims] == ["web"] and skipped == []
+    assert cold.prod_usage == Resources(1700, 2 * GI)  # the claimed pod's usage counts on the prod usage too
+
+
+@pytest.mark.parametrize(
+    "room,limits,moved,skips,notes",
+    [
+        # 9000m, high 7500m: three 600m pods bring it to 7200m, then it is under
+        (None, {}, ["b5", "b4", "b3"], [], []),
+        # 1000m of room: the second pod takes it below 0, the third finds none
+        (Resources(1000, 100 * GI), {}, ["b5", "b4"], [], ["the low nodes' room is used up"]),
+        # one migration per node: the others are refused, each with the limit's reason
+        (None, {"maxMigratingPerNode": 1}, ["b5"], ["node hot reached maxMigratingPerNode"] * 5, []),
+    ],
+)
+def test_evict_from_moves_victims_while_the_source_is_hot_and_the_room_lasts(room, limits, moved, skips, notes):
+    hot, cold = node("hot", 9000, 50), node("cold", 1000, 10)
+    ps = _node_pass([hot], [cold], room)
+    args = _args(limits=MigrationLimits(**{"maxMigratingPerNode": 5, "maxMigratingPerRound": 10, **limits}))
+    rnd = _round_state(args, detectors={"hot": Detector(AnomalyCondition(), state=ANOMALY)})
+    victims = [(p, cold) for p in victim_order(POOL, [pod(f"b{i}", "hot", 600, created=i) for i in range(6)],
+                                                hot.usage, ps.high["hot"])]
+    left = evict_from(rnd, POOL, ps, hot, victims, ps.available)
+    assert [m.pod.name for m in rnd.plan.migrations] == moved
+    assert [s.reason for s in rnd.plan.skipped] == skips and rnd.plan.notes == notes
+    assert hot.usage == Resources(9000 - 600 * len(moved), 50 * GI - len(moved) * GI)
+    assert left == ps.available - Resources(600 * len(moved), len(moved) * GI)
+    assert cold.requested == Resources(600 * len(moved), len(moved) * GI)
+    assert (rnd.detectors["hot"].state == OK) is (moved == ["b5", "b4", "b3"])  # reset once under high
+
+
+def test_evict_from_skips_a_victim_without_a_target():
+    hot = node("hot", 9000, 50)
+    rnd = _round_state(_args())
+    evict_from(rnd, POOL, _node_pass([hot], []), hot, [(pod("b", "hot", 600), None)], Resources(5000, 50 * GI))
+    assert rnd.plan.migrations == [] and rnd.plan.skipped == [Skip("default/b", "hot", "no low node")]
+
+
+@pytest.mark.parametrize(
+    "usage,thresholds,prod,reason",
+    [
+        (Resources(2000, GI), {"cpu": 50, "memory": 100}, False,
+         "node is overutilized, node cpu usage(66.67%)>threshold(50.00%)"),
+        (Resources(2700, 9 * GI), {"cpu": 75, "memory": 80}, False,
+         "node is overutilized, node cpu usage(90.00%)>threshold(75.00%), node memory usage(90.00%)>threshold(80.00%)"),
+        (Resources(1500, 2 * GI), {"cpu": 40, "memory": 100}, True,
+         "node is overutilized, prod cpu usage(50.00%)>threshold(40.00%)"),
+    ],
+)
+def test_overutilized_reason_in_koordinators_words(usage, thresholds, prod, reason):
+    assert overutilized_reason(Resources(3000, 10 * GI), usage, thresholds, prod) == reason
 
 
 def _job(phase, mode=mig.RESERVATION_FIRST, started=0.0):

@@ -1,4 +1,12 @@
-"""One LowNodeLoad round: classify nodes, pick victims on hot nodes, respect the limits.
+"""One LowNodeLoad round, in the steps Koordinator's plugin takes for each node pool:
+
+1. classify the nodes (`classify_nodes`): low, high or normal, and the prod classes;
+2. pick the sources (`pick_sources`): the high nodes that stayed hot long enough (the anomaly
+   detector), drained hottest first (`hottest_first`);
+3. order the victims on a source (`victims_on`): the pods that may leave, each with the low node
+   it fits on, in Koordinator's eviction order (`victim_order`); the others with why not;
+4. move them (`evict_from`) until the source falls under its high threshold or the low nodes'
+   room is used up, within the migration limits (`LimitCounter`).
 
 The result is a plan (plain data); executing it (evict, reserve, dry-run) happens elsewhere.
 """
@@ -181,7 +189,10 @@ def pod_usage_score(pool: NodePool, pod: PodState, node_usage: Resources, high: 
 
 
 def victim_order(pool: NodePool, pods: list[PodState], node_usage: Resources, high: Resources) -> list[PodState]:
-    """Koordinator's comparator chain: class, priority, kube QoS, koord QoS, costs, usage fit, newest."""
+    """Koordinator's comparator chain, first evicted first: priority class (free, batch, mid, prod,
+    none), priority, Kubernetes QoS (BestEffort first), koord QoS (BE first), deletion cost,
+    eviction cost, then the pod whose usage best matches the excess (`pod_usage_score`, higher
+    first: Koordinator reverses that one comparator), then the newest."""
 
     def key(p: PodState):
         return (
@@ -280,17 +291,304 @@ def _fits(pod: PodState, target: NodeState, target_high: Resources, target_prod_
     return (target.requested + pod.requests).fits_in(target.allocatable)
 
 
+# ------------------------------------------------------------------ the round, step by step
+
+
 @dataclass
-class _Pass:
-    """One balancing pass (non-prod or prod) of one pool."""
+class NodeClasses:
+    """A pool's nodes by class (Koordinator's classifyNodes), each list in the nodes' order."""
+
+    of: dict[str, str]  # node -> class, every node of the pool (UNKNOWN: no fresh metric)
+    fresh: list[NodeState]  # the nodes with a fresh metric: the only ones acted on
+    by_class: dict[str, list[NodeState]]
+
+    def __getitem__(self, cls: str) -> list[NodeState]:
+        return self.by_class.get(cls, [])
+
+    @property
+    def lows(self) -> list[NodeState]:
+        """The nodes that take pods in one pass or the other: low, prodLow and bothLow."""
+        return self[LOW] + self[PROD_LOW] + self[BOTH_LOW]
+
+
+def pool_members(pool: NodePool, nodes: list[NodeState], drained: set[str]) -> list[NodeState]:
+    """The nodes a pool looks at: those its selector names.
+
+    A node an earlier pool drained is left out only by a pool that has a selector: Koordinator
+    skips processed nodes only then.
+    """
+    return [n for n in nodes if pool.selects(n.labels) and not (pool.nodeSelector and n.name in drained)]
+
+
+def classify_nodes(pool: NodePool, members: list[NodeState]) -> NodeClasses:
+    """Step 1: every node of the pool classified (`classify`), the fresh ones grouped by class."""
+    of = {n.name: classify(pool, n) for n in members}
+    fresh = [n for n in members if n.usage is not None]
+    by_class: dict[str, list[NodeState]] = {}
+    for n in fresh:
+        by_class.setdefault(of[n.name], []).append(n)
+    return NodeClasses(of, fresh, by_class)
+
+
+def pick_sources(
+    pool: NodePool, classes: NodeClasses, detectors: dict[str, Detector], now_s: float
+) -> tuple[list[NodeState], list[NodeState]]:
+    """Step 2: the hot nodes that have been hot long enough to drain, as (high, prodHigh) sources.
+
+    Koordinator's filterRealAbnormalNodes: each round marks every hot node abnormal on its
+    detector, and every normal node that has a detector normal; a hot node is a source only
+    when its detector reads ANOMALY, after more than consecutiveAbnormalities hot rounds in a
+    row (anomaly.Detector). Prod sources count on detectors of their own (PROD_DETECTOR + name).
+    `detectors` is the state carried between rounds and is updated here.
+    """
+    for n in classes[NORMAL]:
+        for key in (n.name, PROD_DETECTOR + n.name):
+            if key in detectors:
+                detectors[key].mark(True, now_s)
+    high = [n for n in classes[HIGH] if _detector(detectors, n.name, pool).mark(False, now_s) == ANOMALY]
+    prod_high = [
+        n for n in classes[PROD_HIGH] if _detector(detectors, PROD_DETECTOR + n.name, pool).mark(False, now_s) == ANOMALY
+    ]
+    return high, prod_high
+
+
+def enough_low_nodes(args: LowNodeLoadArgs, lows: list[NodeState], members: list[NodeState]) -> bool:
+    """Koordinator balances only with more low nodes than numberOfNodes, and not when every node
+    of the pool is low (then no node is hot)."""
+    return len(lows) > args.numberOfNodes and len(lows) != len(members)
+
+
+def room_under(nodes: list[NodeState], thresholds: dict[str, Resources], prod: bool = False) -> Resources:
+    """What `nodes` can take before reaching their thresholds: the sum of threshold - usage (prod
+    usage with `prod`), none below 0."""
+    room = Resources()
+    for n in nodes:
+        room = room + (thresholds[n.name] - (n.prod_usage if prod else n.usage)).clamp0()
+    return room
+
+
+def prod_room(classes: NodeClasses, prod_highs: dict[str, Resources], both_low_room: Resources, used: Resources) -> Resources:
+    """The prod pass's room: the prodLow nodes' room under prodHigh, plus the bothLow nodes' prod
+    room capped by what is left of their room under high.
+
+    As in Koordinator, all that the node pass used (`used`) is charged to the bothLow nodes' room
+    (`both_low_room`, taken before that pass), whichever targets actually took it.
+    """
+    remaining = (both_low_room - used).clamp0()
+    both_low = room_under(classes[BOTH_LOW], prod_highs, prod=True)
+    return room_under(classes[PROD_LOW], prod_highs, prod=True) + both_low.min(remaining)
+
+
+@dataclass
+class BalancePass:
+    """One balancing pass (node or prod) of one pool."""
 
     prod: bool
     sources: list[NodeState]
     targets: list[NodeState]
-    available: Resources
+    available: Resources  # the targets' room
     high: dict[str, Resources]  # node -> threshold the source must fall under (high or prodHigh)
+    thresholds: dict[str, float]  # the same as configured, in percent
     target_high: dict[str, Resources]
-    target_prod_high: dict[str, Resources] | None
+    target_prod_high: dict[str, Resources] | None  # prod pass: targets stay under prodHigh too
+
+    def measured(self, source: NodeState) -> Resources:
+        """The usage the pass brings under the source's threshold: its prod usage in the prod pass."""
+        return source.prod_usage if self.prod else source.usage
+
+    def detector_key(self, source: NodeState) -> str:
+        return (PROD_DETECTOR if self.prod else "") + source.name
+
+
+@dataclass
+class RoundState:
+    """What the passes of one round share: its inputs, the limits' counts and the plan so far."""
+
+    args: LowNodeLoadArgs
+    plan: RoundPlan
+    counter: LimitCounter
+    unavailable: dict[str, int]
+    replicas: dict[str, int]
+    pods_by_node: dict[str, list[PodState]]
+    detectors: dict[str, Detector]
+    now_s: float
+
+
+def hottest_first(pool: NodePool, sources: list[NodeState]) -> list[NodeState]:
+    """The order sources are drained in: Koordinator's ResourceUsageScorer, highest first (ties
+    keep the nodes' order)."""
+    return sorted(sources, key=lambda n: -node_score(pool, n.allocatable, n.usage))
+
+
+def exclusion(args: LowNodeLoadArgs, pod: PodState, replicas: dict[str, int]) -> str | None:
+    """Why `pod` may not leave at all this round, or None: the evictor's rules (core.evictable),
+    evictableNamespaces, filterExpectedReplicas, or no metric to weigh it by."""
+    if pod.non_evictable is not None:
+        return pod.non_evictable
+    if not args.namespace_allowed(pod.namespace):
+        return f"namespace {pod.namespace} is not evictable"
+    forbidden = forbidden_by_replicas(args, replicas.get(pod.workload))
+    if forbidden is not None:
+        return forbidden
+    if pod.usage is None:
+        return "no usage metric"
+    return None
+
+
+def claim_target(pool: NodePool, pod: PodState, ps: BalancePass) -> NodeState | None:
+    """nodeFit: the least used target `pod` fits on (`_fits`), with the pod's usage now counted there.
+
+    QUIRK kept from Koordinator's podFitsAnyNodeWithThreshold: a pod that fits leaves its usage
+    on that target for the rest of the round, moved or not. Least used first is ours: the
+    migration is pinned to that node (the reservation's), so spreading here is what the
+    scheduler's scoring would do.
+    """
+    assert pod.usage is not None
+    for t in sorted(ps.targets, key=lambda t: (node_score(pool, t.allocatable, t.usage), t.name)):
+        if _fits(pod, t, ps.target_high[t.name], ps.target_prod_high[t.name] if ps.target_prod_high else None):
+            t.usage = t.usage + pod.usage
+            if ps.target_prod_high is not None:
+                t.prod_usage = t.prod_usage + pod.usage
+            return t
+    return None
+
+
+def victims_on(
+    args: LowNodeLoadArgs, pool: NodePool, ps: BalancePass, source: NodeState, pods: list[PodState], replicas: dict[str, int]
+) -> tuple[list[tuple[PodState, NodeState | None]], list[Skip]]:
+    """Step 3: the pods that may leave `source`, in the order they go (`victim_order`), each with
+    its target; and the pods that may not, with why. The prod pass looks at prod pods only.
+
+    Without nodeFit a pod that fits no target still goes, to the first one.
+    """
+    movable: list[tuple[PodState, NodeState | None]] = []
+    skipped: list[Skip] = []
+    for p in pods:
+        if ps.prod and not p.is_prod:
+            continue
+        reason = exclusion(args, p, replicas)
+        target = None
+        if reason is None:
+            target = claim_target(pool, p, ps)
+            if target is None and args.nodeFit:
+                reason = "fits on no low node under its thresholds"
+        if reason:
+            skipped.append(Skip(p.key, source.name, reason))
+        else:
+            movable.append((p, target or (ps.targets[0] if ps.targets else None)))
+    target_of = {p.key: t for p, t in movable}
+    order = victim_order(pool, [p for p, _ in movable], ps.measured(source), ps.high[source.name])
+    return [(p, target_of[p.key]) for p in order], skipped
+
+
+def is_over(usage: Resources, threshold: Resources) -> bool:
+    """Any resource strictly over its threshold (Koordinator's "any > high")."""
+    return any(_get(usage, r) > _get(threshold, r) for r in RESOURCES)
+
+
+def room_used_up(room: Resources) -> bool:
+    """Koordinator's continueEviction stops as soon as any resource of the targets' room is gone."""
+    return room.cpu_milli <= 0 or room.memory_bytes <= 0
+
+
+def overutilized_reason(allocatable: Resources, usage: Resources, thresholds: dict[str, float], prod: bool) -> str:
+    """The eviction's reason in Koordinator's words, naming every resource over its threshold:
+    "node is overutilized, node cpu usage(66.67%)>threshold(50.00%)" ("prod cpu ..." in the prod pass)."""
+    pct = usage_percent(allocatable, usage)
+    kind = "prod " if prod else "node "
+    over = (f"{kind}{r} usage({pct[r]:.2f}%)>threshold({thresholds[r]:.2f}%)" for r in RESOURCES if pct[r] > thresholds.get(r, 100))
+    return "node is overutilized, " + ", ".join(over)
+
+
+def evict_from(
+    rnd: RoundState, pool: NodePool, ps: BalancePass, source: NodeState, victims: list[tuple[PodState, NodeState | None]],
+    room: Resources,
+) -> Resources:
+    """Step 4, Koordinator's balancePods on one source: the victims go in order while the source
+    is over its threshold and the targets have room; a pod a limit refuses is skipped and the
+    next one tried. Each move takes the pod's usage off the source and the room, and puts its
+    requests on the target. Returns the room left."""
+    measured = ps.measured(source)
+    limit = ps.high[source.name]
+    for p, target in victims:
+        if not is_over(measured, limit):
+            # back under its threshold: the node counts its hot rounds afresh (Koordinator resets it)
+            _detector(rnd.detectors, ps.detector_key(source), pool).reset(rnd.now_s)
+            break
+        if room_used_up(room):
+            rnd.plan.notes.append("the low nodes' room is used up")
+            break
+        if target is None:
+            rnd.plan.skipped.append(Skip(p.key, source.name, "no low node"))
+            continue
+        refusal = rnd.counter.refusal(rnd.args, p, rnd.unavailable.get(p.workload, 0), rnd.replicas.get(p.workload))
+        if refusal:
+            rnd.plan.skipped.append(Skip(p.key, source.name, refusal))
+            continue
+        reason = overutilized_reason(source.allocatable, measured, ps.thresholds, ps.prod)
+        rnd.plan.migrations.append(Migration(p, source.name, target.name, reason, ps.prod))
+        rnd.counter.add(p.node, p.namespace, p.workload)
+        measured = measured - p.usage
+        room = room - p.usage
+        source.usage = source.usage - p.usage
+        if p.is_prod:
+            source.prod_usage = (source.prod_usage - p.usage).clamp0()
+        target.requested = target.requested + p.requests
+    return room
+
+
+def _run_pass(rnd: RoundState, pool: NodePool, ps: BalancePass) -> Resources:
+    """One pass: the sources hottest first, each with its victims ordered and moved while the
+    room lasts. Returns the room left."""
+    room = ps.available
+    for source in hottest_first(pool, ps.sources):
+        victims, skipped = victims_on(rnd.args, pool, ps, source, rnd.pods_by_node.get(source.name, []), rnd.replicas)
+        rnd.plan.skipped.extend(skipped)
+        room = evict_from(rnd, pool, ps, source, victims, room)
+    return room
+
+
+def _plan_pool(rnd: RoundState, pool: NodePool, members: list[NodeState]) -> list[NodeState]:
+    """One pool's part of the round. Returns its hot nodes when it balanced (later pools with a
+    selector leave them alone), else nothing."""
+    classes = classify_nodes(pool, members)
+    rnd.plan.classes.update(classes.of)
+    abnormal, abnormal_prod = pick_sources(pool, classes, rnd.detectors, rnd.now_s)
+    hot = classes[HIGH] + classes[PROD_HIGH]
+    if not hot:
+        return []
+    if not abnormal and not abnormal_prod:
+        rnd.plan.notes.append(f"{pool.name}: {len(hot)} hot node(s) not yet abnormal long enough")
+        return []
+    lows = classes.lows
+    if not lows:
+        rnd.plan.notes.append(f"{pool.name}: no low node to take pods")
+        return []
+    for n in lows:
+        _detector(rnd.detectors, n.name, pool).reset(rnd.now_s)
+        _detector(rnd.detectors, PROD_DETECTOR + n.name, pool).reset(rnd.now_s)
+    if not enough_low_nodes(rnd.args, lows, members):
+        return []
+    rnd.plan.abnormal.extend(n.name for n in abnormal + abnormal_prod)
+
+    highs = {n.name: threshold_qty(pool, n.allocatable, "high") for n in classes.fresh}
+    targets = classes[LOW] + classes[BOTH_LOW]
+    room = room_under(targets, highs)
+    both_low_room = room_under(classes[BOTH_LOW], highs)
+    left = _run_pass(rnd, pool, BalancePass(False, abnormal, targets, room, highs, pool.highThresholds, highs, None))
+    if pool.prod_enabled and abnormal_prod:
+        prod_highs = {n.name: threshold_qty(pool, n.allocatable, "prodHigh") for n in classes.fresh}
+        prod_targets = classes[PROD_LOW] + classes[BOTH_LOW]
+        ps = BalancePass(True, abnormal_prod, prod_targets, prod_room(classes, prod_highs, both_low_room, room - left),
+                   prod_highs, pool.prodHighThresholds, highs, prod_highs)
+        _run_pass(rnd, pool, ps)
+    # As Koordinator does after a pass: each source is marked normal once (it stays ANOMALY, its
+    # count of hot rounds starts again).
+    for n in abnormal:
+        rnd.detectors[n.name].mark(True, rnd.now_s)
+    for n in abnormal_prod:
+        rnd.detectors[PROD_DETECTOR + n.name].mark(True, rnd.now_s)
+    return hot
 
 
 def plan_round(
@@ -303,11 +601,14 @@ def plan_round(
     workload_unavailable: dict[str, int] | None = None,
     workload_replicas: dict[str, int] | None = None,
 ) -> RoundPlan:
-    """Plan one round. `detectors` is updated in place: it is the state carried between rounds.
+    """Plan one round, pool by pool: classify the nodes, pick the sources, order the victims on
+    each source, move them while the source is hot and the low nodes have room.
 
-    `in_flight` counts migrations still under way from earlier rounds; `workload_unavailable`
-    counts pods of each workload that are not ready right now; `workload_replicas` the expected
-    replicas of each workload (derived per-workload limits and the single-replica rule).
+    `detectors` is updated in place: it is the state carried between rounds. `in_flight` counts
+    migrations still under way from earlier rounds; `workload_unavailable` counts pods of each
+    workload that are not ready right now; `workload_replicas` the expected replicas of each
+    workload (derived per-workload limits and the single-replica rule). Node states are worked
+    on: their usage ends as the plan leaves it.
     """
     plan = RoundPlan()
     if args.paused:
@@ -315,85 +616,13 @@ def plan_round(
         return plan
     counter = in_flight or LimitCounter()
     counter.planned = 0
-    unavailable = workload_unavailable or {}
-    replicas = workload_replicas or {}
     pods_by_node: dict[str, list[PodState]] = {}
     for p in pods:
         pods_by_node.setdefault(p.node, []).append(p)
-    processed: set[str] = set()
-
+    rnd = RoundState(args, plan, counter, workload_unavailable or {}, workload_replicas or {}, pods_by_node, detectors, now_s)
+    drained: set[str] = set()
     for pool in args.nodePools:
-        # A node drained by an earlier pool is left alone only by pools with a selector (Koordinator).
-        members = [n for n in nodes if pool.selects(n.labels) and not (pool.nodeSelector and n.name in processed)]
-        for n in members:
-            plan.classes[n.name] = classify(pool, n)
-        fresh = [n for n in members if n.usage is not None]
-        by_class: dict[str, list[NodeState]] = {}
-        for n in fresh:
-            by_class.setdefault(plan.classes[n.name], []).append(n)
-        high, prod_high = by_class.get(HIGH, []), by_class.get(PROD_HIGH, [])
-        lows = by_class.get(LOW, []) + by_class.get(PROD_LOW, []) + by_class.get(BOTH_LOW, [])
-        for n in fresh:
-            if plan.classes[n.name] == NORMAL:
-                for key in (n.name, PROD_DETECTOR + n.name):
-                    if key in detectors:
-                        detectors[key].mark(True, now_s)
-        if not high and not prod_high:
-            continue
-        abnormal = [n for n in high if _detector(detectors, n.name, pool).mark(False, now_s) == ANOMALY]
-        abnormal_prod = [
-            n for n in prod_high if _detector(detectors, PROD_DETECTOR + n.name, pool).mark(False, now_s) == ANOMALY
-        ]
-        if not abnormal and not abnormal_prod:
-            plan.notes.append(f"{pool.name}: {len(high) + len(prod_high)} hot node(s) not yet abnormal long enough")
-            continue
-        if not lows:
-            plan.notes.append(f"{pool.name}: no low node to take pods")
-            continue
-        for n in lows:
-            _detector(detectors, n.name, pool).reset(now_s)
-            _detector(detectors, PROD_DETECTOR + n.name, pool).reset(now_s)
-        if len(lows) <= args.numberOfNodes or len(lows) == len(members):
-            continue
-        plan.abnormal.extend(n.name for n in abnormal + abnormal_prod)
-        highs = {n.name: threshold_qty(pool, n.allocatable, "high") for n in fresh}
-
-        targets = by_class.get(LOW, []) + by_class.get(BOTH_LOW, [])
-        available = Resources()
-        for t in targets:
-            available = available + (highs[t.name] - t.usage).clamp0()
-        both_low_room = Resources()
-        for t in by_class.get(BOTH_LOW, []):
-            both_low_room = both_low_room + (highs[t.name] - t.usage).clamp0()
-        left = _balance(
-            args, pool, plan, counter, unavailable, replicas, pods_by_node, detectors, now_s,
-            _Pass(False, abnormal, targets, available, highs, highs, None),
-        )
-        if pool.prod_enabled and abnormal_prod:
-            prod_highs = {n.name: threshold_qty(pool, n.allocatable, "prodHigh") for n in fresh}
-            prod_available = Resources()
-            for t in by_class.get(PROD_LOW, []):
-                prod_available = prod_available + (prod_highs[t.name] - t.prod_usage).clamp0()
-            both_prod = Resources()
-            for t in by_class.get(BOTH_LOW, []):
-                both_prod = both_prod + (prod_highs[t.name] - t.prod_usage).clamp0()
-            # bothLow nodes gave room to the non-prod pass first: only what is left counts here.
-            remaining = (both_low_room - (available - left)).clamp0()
-            prod_available = prod_available + Resources(
-                min(both_prod.cpu_milli, remaining.cpu_milli), min(both_prod.memory_bytes, remaining.memory_bytes)
-            )
-            _balance(
-                args, pool, plan, counter, unavailable, replicas, pods_by_node, detectors, now_s,
-                _Pass(
-                    True, abnormal_prod, by_class.get(PROD_LOW, []) + by_class.get(BOTH_LOW, []),
-                    prod_available, prod_highs, highs, prod_highs,
-                ),
-            )
-        for n in abnormal:
-            detectors[n.name].mark(True, now_s)
-        for n in abnormal_prod:
-            detectors[PROD_DETECTOR + n.name].mark(True, now_s)
-        processed.update(n.name for n in high + prod_high)
+        drained.update(n.name for n in _plan_pool(rnd, pool, pool_members(pool, nodes, drained)))
     return plan
 
 
@@ -402,87 +631,3 @@ def _detector(detectors: dict[str, Detector], key: str, pool: NodePool) -> Detec
     if det is None:
         det = detectors[key] = Detector(pool.anomalyCondition)
     return det
-
-
-def _balance(
-    args: LowNodeLoadArgs,
-    pool: NodePool,
-    plan: RoundPlan,
-    counter: LimitCounter,
-    unavailable: dict[str, int],
-    replicas: dict[str, int],
-    pods_by_node: dict[str, list[PodState]],
-    detectors: dict[str, Detector],
-    now_s: float,
-    ps: _Pass,
-) -> Resources:
-    """Koordinator's balancePods over the pass's sources; returns the targets' room left."""
-    available = ps.available
-    thresholds = pool.prodHighThresholds if ps.prod else pool.highThresholds
-    for source in sorted(ps.sources, key=lambda n: -node_score(pool, n.allocatable, n.usage)):
-        measured = source.prod_usage if ps.prod else source.usage
-        limit = ps.high[source.name]
-        candidates: list[tuple[PodState, NodeState | None]] = []
-        for p in pods_by_node.get(source.name, []):
-            if ps.prod and not p.is_prod:
-                continue
-            reason = p.non_evictable
-            if reason is None and not args.namespace_allowed(p.namespace):
-                reason = f"namespace {p.namespace} is not evictable"
-            if reason is None:
-                reason = forbidden_by_replicas(args, replicas.get(p.workload))
-            if reason is None and p.usage is None:
-                reason = "no usage metric"
-            target = None
-            if reason is None:
-                # QUIRK kept from Koordinator's podFitsAnyNodeWithThreshold: a pod that fits
-                # leaves its usage on that target for the rest of the round, moved or not.
-                # Least-used target first: the migration is pinned to it (the reservation's node),
-                # so spreading here is what the scheduler's scoring would do.
-                target = next(
-                    (
-                        t for t in sorted(ps.targets, key=lambda t: (node_score(pool, t.allocatable, t.usage), t.name))
-                        if _fits(p, t, ps.target_high[t.name], ps.target_prod_high[t.name] if ps.target_prod_high else None)
-                    ),
-                    None,
-                )
-                if target is not None:
-                    target.usage = target.usage + p.usage
-                    if ps.target_prod_high is not None:
-                        target.prod_usage = target.prod_usage + p.usage
-                elif args.nodeFit:
-                    reason = "fits on no low node under its thresholds"
-            if reason:
-                plan.skipped.append(Skip(p.key, source.name, reason))
-            else:
-                candidates.append((p, target or (ps.targets[0] if ps.targets else None)))
-        order = victim_order(pool, [c[0] for c in candidates], measured, limit)
-        target_of = {c[0].key: c[1] for c in candidates}
-        for p in order:
-            if not any(_get(measured, r) > _get(limit, r) for r in RESOURCES):
-                _detector(detectors, (PROD_DETECTOR if ps.prod else "") + source.name, pool).reset(now_s)
-                break  # the node is back under its high threshold
-            if available.cpu_milli <= 0 or available.memory_bytes <= 0:
-                plan.notes.append("the low nodes' room is used up")
-                break
-            target = target_of[p.key]
-            if target is None:
-                plan.skipped.append(Skip(p.key, source.name, "no low node"))
-                continue
-            refusal = counter.refusal(args, p, unavailable.get(p.workload, 0), replicas.get(p.workload))
-            if refusal:
-                plan.skipped.append(Skip(p.key, source.name, refusal))
-                continue
-            pct = usage_percent(source.allocatable, measured)
-            over = [r for r in RESOURCES if pct[r] > thresholds.get(r, 100)]
-            kind = "prod " if ps.prod else "node "
-            why = ", ".join(f"{kind}{r} usage({pct[r]:.2f}%)>threshold({thresholds[r]:.2f}%)" for r in over)
-            plan.migrations.append(Migration(p, source.name, target.name, f"node is overutilized, {why}", ps.prod))
-            counter.add(p.node, p.namespace, p.workload)
-            measured = measured - p.usage
-            available = available - p.usage
-            source.usage = source.usage - p.usage
-            if p.is_prod:
-                source.prod_usage = (source.prod_usage - p.usage).clamp0()
-            target.requested = target.requested + p.requests
-    return available
