@@ -49,6 +49,31 @@ def test_batch_fit_prefers_node_resource_and_degraded_means_none():
     assert reason(st, batch_pod("small", 1)) == "node(s) Insufficient koordinator.sh/batch-cpu"
 
 
+def mid_pod(name, cpu, mem=0, node_name=None):
+    extra = {"koordinator.sh/mid-cpu": cpu}
+    if mem:
+        extra["koordinator.sh/mid-memory"] = mem
+    return pod(name, priority=7500, extra_requests=extra, node=node_name, start_ms=T0 - 600_000)
+
+
+@pytest.mark.parametrize(
+    "want_cpu, want_mem, expected",
+    [
+        (5000, 0, "pass"),  # NodeResource mid 8000 - 3000 running = 5000 left: exactly fits
+        (5001, 0, "node(s) Insufficient koordinator.sh/mid-cpu"),
+        (1000, 7 * Gi, "node(s) Insufficient koordinator.sh/mid-memory"),  # 8Gi - 2Gi = 6Gi
+        (1000, 6 * Gi, "pass"),
+    ],
+)
+def test_mid_fit_against_the_latest_node_resource(want_cpu, want_mem, expected):
+    st = make_state()
+    st.apply_node(node("n", extra={"koordinator.sh/mid-cpu": 1000}))  # the status lags behind
+    st.apply_metric(metric("n", 1000, 1 * Gi))
+    st.apply_node_resource(NodeResource(node="n", ts=T0, batch=Resources(0, 0), mid=Resources(8000, 8 * Gi)))
+    st.apply_pod(mid_pod("running", 3000, 2 * Gi, node_name="n"), initial=True)
+    assert reason(st, mid_pod("new", want_cpu, want_mem)) == expected
+
+
 def test_non_batch_pod_ignores_batch_room():
     st = make_state()
     st.apply_node(node("n"))
@@ -190,24 +215,24 @@ def test_expired_reservation_is_released():
     st.clock_box["now"] = CREATED + 3_600_001
     st.apply_metric(metric("n", 3000, 3 * Gi, ts=CREATED + 3_600_000, pods=[pod_metric("big", 2000, 2 * Gi)]))
     st.prune()
-    assert not st.table.has_resv[st.table.index["n"]]
+    assert not any(r.active(CREATED + 3_600_001) for r in st.node_reservations("n"))
     assert reason(st, p, now=CREATED + 3_600_001) == "pass"
 
 
 def test_owner_is_steered_then_consumes_the_reservation():
     st = reservation_state()
     web = guaranteed("web6", 6000, Gi, labels=WEB)
-    mapped, *_ = score_nodes(st, st.pod_info(web), ["m", "n"], st.clock())
+    mapped = score_nodes(st, st.pod_info(web), ["m", "n"]).mapped
     assert mapped.tolist() == [0, 10]  # m is emptier, but n holds the pod's reservation
     other = guaranteed("other6", 6000, Gi)
-    mapped, *_ = score_nodes(st, st.pod_info(other), ["m", "n"], st.clock())
+    mapped = score_nodes(st, st.pod_info(other), ["m", "n"]).mapped
     assert mapped[0] == 10  # non-owners are scored by load only
     # bound: allocateOnce -> Succeeded; its room is no longer held, the pod's request counts instead
     st.apply_pod(guaranteed("web6", 6000, Gi, labels=WEB, node="n"))
     r = st.reservations["web-hold"]
     assert (r.phase, r.current_owners, r.allocated) == ("Succeeded", ["default/web6"], Resources(6000, Gi))
     # nothing is held any more: plain request fit (32 - 26 = 6 cores) is kube-scheduler's own check
-    assert not st.table.has_resv[st.table.index["n"]]
+    assert not any(r.active(st.clock()) for r in st.node_reservations("n"))
     assert reason(st, guaranteed("other6b", 6000, Gi)) == "pass"
 
 
@@ -216,9 +241,9 @@ def test_reservation_affinity_requires_a_matching_reservation():
     affine = guaranteed(
         "web2", 2000, Gi, labels=WEB, annotations={rsv.ANNOTATION_RESERVATION_AFFINITY: '{"name":"web-hold"}'}
     )
-    outcome, *_ = filter_nodes(st, st.pod_info(affine), ["m", "n"], st.clock())
-    assert outcome.passed == [1]
-    assert outcome.unresolvable == {"m": "node(s) didn't match the pod's reservation affinity"}
+    outcome = filter_nodes(st, st.pod_info(affine), ["m", "n"])
+    assert outcome.passed.tolist() == [1]
+    assert outcome.unresolvable(["m", "n"]) == {"m": "node(s) didn't match the pod's reservation affinity"}
 
 
 def test_reservation_node_full_by_requests_says_so():

@@ -124,3 +124,16 @@ def test_plain_histogram_buckets(values, cumulative):
     assert [n for _, n in h.buckets()] == cumulative
     assert [le for le, _ in h.buckets()] == ["1.0", "1.5", "2.0", "+Inf"]
     assert h.total == sum(values)
+
+
+def test_plugins_run_in_the_configured_order_and_unknown_names_are_refused():
+    s = Settings(plugins=["Reservation", "LoadAwareScheduling"], plugin_weights={"LoadAwareScheduling": 3})
+    st = ClusterState(s.extender_config())
+    # NodeKnown always first: the others judge only names that have data
+    assert [p.name for p in st.plugins] == ["NodeKnown", "Reservation", "LoadAwareScheduling"]
+    assert st.plugin("LoadAwareScheduling").weight == 3 and st.plugin("Reservation").weight == 5000
+    assert [p.name for p in ClusterState().plugins] == ["NodeKnown", "LoadAwareScheduling", "BatchMidFit", "Reservation"]
+    with pytest.raises(ValueError, match="unknown plugin.*Gang.*known: NodeKnown"):
+        Settings(plugins=["LoadAwareScheduling", "Gang"])
+    with pytest.raises(ValueError, match="weight for unknown plugin 'Quota'"):
+        Settings(plugin_weights={"Quota": 1})

@@ -1,7 +1,7 @@
 """Koordinator's TestDefaultEstimatorEstimatePod table, and the profile-aware estimator."""
 
 import pytest
-from extender_helpers import Gi, guaranteed, pod, rs_owner
+from extender_helpers import Gi, guaranteed, pod
 from koordcommon.records import ContainerSpec
 from koordcommon.resources import Resources
 from scheduler_extender.core.estimator import (
@@ -9,7 +9,6 @@ from scheduler_extender.core.estimator import (
     WorkloadProfile,
     estimate_pod,
     estimate_pod_with_profile,
-    workload_key,
 )
 
 
@@ -55,14 +54,6 @@ from scheduler_extender.core.estimator import (
 )
 def test_default_estimator(p, args, cpu, mem):
     assert estimate_pod(p, args) == Resources(cpu, mem)
-
-
-def test_workload_key_resolves_deployment_from_pod_template_hash():
-    p = pod("web-5d4f8b7c9-abcde", labels={"pod-template-hash": "5d4f8b7c9"}, owners=[rs_owner("web-5d4f8b7c9")])
-    assert workload_key(p) == ("default", "Deployment", "web")
-    p2 = pod("x", owners=[rs_owner("plain-rs")])
-    assert workload_key(p2) == ("default", "ReplicaSet", "plain-rs")
-    assert workload_key(pod("bare")) is None
 
 
 def test_profile_estimate_uses_profile_capped_at_limit_and_falls_back():

@@ -5,12 +5,14 @@ import asyncio
 import time
 
 from koordcommon import subjects
-from koordcommon.cluster.sim import SimCluster
-from koordcommon.cluster.sim_spec import SimSpec
 from koordcommon.records import ContainerSpec, PodRecord
 from koordcommon.resources import Resources
 from koordcommon.schemas import ContainerRecommendation, NodeMetric, NodeResource, Recommendation, UsageProfile
+from koordsim.cluster import SimCluster
+from koordsim.spec import SimSpec
 from scheduler_extender import feeds
+from scheduler_extender.core.plugins.loadaware import NAME as LOAD_AWARE
+from scheduler_extender.core.plugins.tierfit import tier_allocatable
 from scheduler_extender.core.state import ClusterState
 
 Gi = 1024**3
@@ -48,8 +50,8 @@ async def test_bus_feeds_start_from_the_latest_and_follow(bus):
     try:
         await eventually(lambda: "n1" in st.metrics and "n1" in st.node_resources)
         assert st.metrics["n1"].node_usage == Resources(2000, Gi)
-        assert st.batch_allocatable("n1") == Resources(9000, 9 * Gi)
-        assert st.table.get(st.table.index["n1"], "exist_cpu") == 2000
+        assert tier_allocatable(st.view("n1"))[0] == Resources(9000, 9 * Gi)
+        assert st.plugin(LOAD_AWARE).load(st.view("n1")).exist.cpu_milli == 2000
         # live: a newer metric for n1, a first one for n.2 (dots are encoded in subjects)
         await bus.publish(
             subjects.nodemetric("n1"), bus.stamp(NodeMetric(node="n1", ts=now, node_usage=Resources(3000, Gi)))

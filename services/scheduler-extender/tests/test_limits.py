@@ -1,8 +1,8 @@
 """The precomputed per-node limits judge exactly as the percent maths they replace.
 
-`first_over` is checked by hand and against a scan; the vectorised filter and score over
-derived columns, and their one-row forms, are checked against a scalar transcription of
-Koordinator's rules on random rows, with usages placed on and around every threshold boundary.
+`first_over` is checked by hand and against a scan; the load-aware plugin's filter and score
+over its columns, and the batch fit's, are checked against a scalar transcription of
+Koordinator's rules on random nodes, with usages placed on and around every threshold boundary.
 """
 
 import math
@@ -11,10 +11,14 @@ import random
 import numpy as np
 import pytest
 from koordcommon.resources import Resources
-from scheduler_extender.core import loadaware as la
-from scheduler_extender.core.batchfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, batch_codes, row_batch_code
-from scheduler_extender.core.loadaware import AggregatedArgs, LoadAwareArgs, Thresholds
-from scheduler_extender.core.table import NodeTable
+from scheduler_extender.core.framework import NO_SCORE, PodInfo
+from scheduler_extender.core.plugins import loadaware as la
+from scheduler_extender.core.plugins.loadaware import AggregatedArgs, LoadAware, LoadAwareArgs, NodeLoad, Thresholds
+from scheduler_extender.core.plugins.tierfit import BATCH_CPU_SHORT, BATCH_MEM_SHORT, BatchMidFit
+from scheduler_extender.core.state import ClusterState
+from test_loadaware import INCOMING
+
+PASS = 0
 
 Gi = 1024**3
 
@@ -51,10 +55,10 @@ def test_first_over_matches_a_scan():
 def oracle_code(row: dict, est: Resources, prod_pod: bool, now: int, args: LoadAwareArgs) -> int:
     """Koordinator's filter for one node, spelled out on the base columns."""
     if not row["has_metric"]:
-        return la.PASS
+        return PASS
     expired = now - row["update_ms"] >= args.node_metric_expiration_s * 1000
     if args.filter_expired_node_metrics and expired:
-        return la.PASS if args.enable_schedule_when_node_metrics_expired else la.EXPIRED
+        return PASS if args.enable_schedule_when_node_metrics_expired else la.EXPIRED
     if prod_pod and row["has_prod_thr"]:
         used, thr, agg = (row["prod_cpu"], row["prod_mem"]), (row["pthr_cpu"], row["pthr_mem"]), False
     elif row["has_agg_thr"]:
@@ -66,12 +70,12 @@ def oracle_code(row: dict, est: Resources, prod_pod: bool, now: int, args: LoadA
     for u, e, t, a, code in zip(used, (est.cpu_milli, est.memory_bytes), thr, alloc, codes):
         if t > 0 and a > 0 and math.floor((u + e) / a * 100 + 0.5) > t:
             return code
-    return la.PASS
+    return PASS
 
 
 def oracle_score(row: dict, est: Resources, prod_pod: bool, now: int, args: LoadAwareArgs) -> int:
     if not row["has_metric"] or now - row["update_ms"] >= args.node_metric_expiration_s * 1000:
-        return 0
+        return NO_SCORE
     if prod_pod and args.score_according_prod_usage:
         base = (row["prod_cpu"], row["prod_mem"])
     elif args.aggregated.score_enabled:
@@ -83,12 +87,14 @@ def oracle_score(row: dict, est: Resources, prod_pod: bool, now: int, args: Load
         used = b + e
         parts.append((cap - used) * 100 // cap if cap > 0 and used <= cap else 0)
     w = (args.cpu_weight, args.memory_weight, args.dominant_resource_weight)
+    if sum(w) == 0:
+        return 0
     return (parts[0] * w[0] + parts[1] * w[1] + min(parts) * w[2]) // sum(w)
 
 
 def random_row(rng: random.Random, est: Resources, now: int, fresh: bool) -> dict:
-    """A row with usages on and around the threshold boundaries; `fresh`: every row has a live
-    metric and plain thresholds (the table-wide shortcuts apply)."""
+    """A node with usages on and around the threshold boundaries; `fresh`: every node has a
+    live metric and plain thresholds."""
     alloc = (rng.choice([0, 1000, 31500, 96000]), rng.choice([0, 8 * Gi, 126 * Gi]))
     row = {
         "alloc_cpu": alloc[0],
@@ -110,7 +116,32 @@ def random_row(rng: random.Random, est: Resources, now: int, fresh: bool) -> dic
                 row[f"{col}_{res}"] = rng.randint(0, int(a * 1.2) + 1)
         row[f"bal_{res}"] = rng.randint(0, a + 1)
         row[f"breq_{res}"] = rng.randint(0, a + 1)
+    # a threshold set is on when some resource of it is
+    row["has_prod_thr"] = row["has_prod_thr"] and (row["pthr_cpu"] > 0 or row["pthr_mem"] > 0)
+    row["has_agg_thr"] = row["has_agg_thr"] and (row["athr_cpu"] > 0 or row["athr_mem"] > 0)
     return row
+
+
+def columns_of(plugin: LoadAware, row: dict) -> list[int]:
+    def pair(prefix: str) -> Resources:
+        return Resources(row[f"{prefix}_cpu"], row[f"{prefix}_mem"])
+
+    load = NodeLoad(
+        has_metric=row["has_metric"],
+        update_ms=row["update_ms"],
+        exist=pair("exist"),
+        prod=pair("prod"),
+        agg_filter=pair("aggf"),
+        agg_score=pair("aggs"),
+    )
+    off = Thresholds()
+    return plugin.row_from(
+        load,
+        Thresholds(row["thr_cpu"], row["thr_mem"]),
+        Thresholds(row["pthr_cpu"], row["pthr_mem"]) if row["has_prod_thr"] else off,
+        Thresholds(row["athr_cpu"], row["athr_mem"]) if row["has_agg_thr"] else off,
+        pair("alloc"),
+    )
 
 
 ARGS = [
@@ -125,34 +156,25 @@ ARGS = [
 @pytest.mark.parametrize("fresh", [False, True])
 @pytest.mark.parametrize("args", ARGS)
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_vectorised_filter_and_score_match_the_oracle(args, seed, fresh):
+def test_filter_and_score_match_the_oracle(args, seed, fresh):
     rng = random.Random(seed)
     now = 1_700_000_000_000
     est = Resources(rng.choice([0, 850, 3400]), rng.choice([0, 256 * 1024**2, 6 * Gi]))
-    t = NodeTable(capacity=4)
+    plugin, fit = LoadAware(args), BatchMidFit()
     rows = []
     for i in range(400):
         row = random_row(rng, est, now, fresh)
-        r = t.row(f"n{i}")
-        t.set(r, **row)
-        la.derive_row(t, r, args)
+        plugin.columns.set(i, columns_of(plugin, row))
+        fit.columns.set(i, [row["bal_cpu"] - row["breq_cpu"], row["bal_mem"] - row["breq_mem"], 0, 0])
         rows.append(row)
-    assert (t.all_have_metrics() and t.earliest_expiry() > now and not t.any_aggregated()) == fresh
     ix = np.array(rng.sample(range(400), 300), dtype=np.intp)
+    base = ClusterState().pod_info(INCOMING)
     for prod_pod in (False, True):
-        codes = la.filter_codes(t, ix, est, prod_pod, now, args)
-        assert codes.tolist() == [oracle_code(rows[i], est, prod_pod, now, args) for i in ix]
-        raw, valid = la.scores(t, ix, est, prod_pod, now, args)
-        assert raw.tolist() == [oracle_score(rows[i], est, prod_pod, now, args) for i in ix]
-        assert valid.tolist() == [
-            rows[i]["has_metric"] and now - rows[i]["update_ms"] < args.node_metric_expiration_s * 1000 for i in ix
-        ]
-        # the same verdicts one row at a time (a kept verdict is patched so)
-        values = [t.row_values(int(r)) for r in ix]
-        assert [la.row_code(*v, est, prod_pod, now, args) for v in values] == codes.tolist()
-        assert [la.row_score(*v, est, prod_pod, now, args) for v in values] == np.where(valid, raw, -1).tolist()
+        pod = PodInfo(base.record, est, prod_pod, base.request, Resources(), Resources(), False)
+        assert plugin.filter(pod, ix, now).codes.tolist() == [oracle_code(rows[i], est, prod_pod, now, args) for i in ix]
+        assert plugin.score(pod, ix, now).tolist() == [oracle_score(rows[i], est, prod_pod, now, args) for i in ix]
     for request in (Resources(0, 0), Resources(1000, 0), Resources(0, 2 * Gi), Resources(4000, 4 * Gi)):
-        got = batch_codes(t, ix, request).tolist()
+        pod = PodInfo(base.record, est, False, Resources(), request, Resources(), False)
         want = []
         for i in ix:
             row = rows[i]
@@ -162,5 +184,4 @@ def test_vectorised_filter_and_score_match_the_oracle(args, seed, fresh):
                 want.append(BATCH_MEM_SHORT)
             else:
                 want.append(0)
-        assert got == want
-        assert [row_batch_code(t.row_values(int(r))[0], request) for r in ix] == want
+        assert fit.filter(pod, ix, now).codes.tolist() == want

@@ -10,9 +10,11 @@ from extender_helpers import T0, Gi, guaranteed, metric, node, pod, pod_metric
 from koordcommon.model import PriorityClass
 from koordcommon.resources import Resources
 from koordcommon.schemas import AggregatedUsage
-from scheduler_extender.core import loadaware as la
-from scheduler_extender.core.extender import REASON_UNKNOWN, filter_nodes, score_nodes
-from scheduler_extender.core.loadaware import AggregatedArgs, LoadAwareArgs, Thresholds
+from scheduler_extender.core.extender import filter_nodes, score_nodes
+from scheduler_extender.core.framework import NO_SCORE, to_extender_scores
+from scheduler_extender.core.plugins.known import REASON_UNKNOWN
+from scheduler_extender.core.plugins.loadaware import NAME as LOAD_AWARE
+from scheduler_extender.core.plugins.loadaware import AggregatedArgs, LoadAwareArgs, Thresholds
 from scheduler_extender.core.state import ClusterState, ExtenderConfig
 
 INCOMING = guaranteed("incoming", 4000, 8 * Gi)
@@ -26,14 +28,17 @@ def make_state(config=None, now=T0 + 10_000):
 
 
 def judge(st, p=INCOMING, names=("n",), now=None):
-    info = st.pod_info(p)
-    outcome, *_ = filter_nodes(st, info, list(names), st.clock() if now is None else now)
-    return outcome
+    return filter_nodes(st, st.pod_info(p), list(names), now)
 
 
 def reason(st, p=INCOMING, name="n", now=None):
     o = judge(st, p, (name,), now)
-    return o.failed.get(name) or o.unresolvable.get(name) or "pass"
+    return o.failed([name]).get(name) or o.unresolvable([name]).get(name) or "pass"
+
+
+def load_scores(st, p=INCOMING, rows=(0,)):
+    """The load-aware plugin's own 0-100 scores for node rows (NO_SCORE where it has none)."""
+    return st.plugin(LOAD_AWARE).score(st.pod_info(p), np.array(rows), st.clock())
 
 
 CPU_OVER = "node(s) cpu usage exceed threshold"
@@ -101,8 +106,8 @@ def test_expired_metric_also_beats_threshold_reason_and_scores_zero():
     st.apply_metric(metric("n", 30000, 1 * Gi))  # over threshold and expired
     st.apply_metric(metric("m", 1000, 1 * Gi, ts=T0 + 190_000))
     assert reason(st, name="n") == EXPIRED
-    mapped, raw, *_ = score_nodes(st, st.pod_info(INCOMING), ["n", "m"], st.clock())
-    assert raw[0] == 0 and mapped[0] == 0 and mapped[1] == 10
+    scores = score_nodes(st, st.pod_info(INCOMING), ["n", "m"])
+    assert scores.outcome.total[0] == NO_SCORE and scores.mapped.tolist() == [0, 10]
 
 
 def test_node_without_metric_passes_and_unknown_node_fails():
@@ -227,9 +232,9 @@ def test_score_least_used_hand_checked():
     st = make_state()
     st.apply_node(node("n"))
     st.apply_metric(metric("n", 16000, 32 * Gi))
-    raw, valid = la.scores(st.table, np.array([0]), Resources(3400, 6012954214), False, st.clock(), st.config.load)
+    assert st.pod_info(INCOMING).estimate == Resources(3400, 6012954214)
     # cpu (32000 - 19400) x 100 // 32000 = 39; memory (64Gi - 40372692582) x 100 // 64Gi = 41; (39 + 41) // 2 = 40
-    assert raw.tolist() == [40] and valid.tolist() == [True]
+    assert load_scores(st).tolist() == [40]
 
 
 def test_score_counts_assigned_pods_and_weights():
@@ -238,9 +243,8 @@ def test_score_counts_assigned_pods_and_weights():
     st.apply_node(node("n"))
     st.apply_metric(metric("n", 16000, 32 * Gi))
     st.apply_pod(guaranteed("fresh", 4000, 8 * Gi, node="n"))
-    raw, _ = la.scores(st.table, np.array([0]), Resources(3400, 6012954214), False, st.clock(), cfg.load)
     # cpu used 22800 -> 28; memory used 32Gi + 2 x 6012954214 = 46385646796 -> 32; (28 x 3 + 32) // 4 = 29
-    assert raw.tolist() == [29]
+    assert load_scores(st).tolist() == [29]
 
 
 @pytest.mark.parametrize(
@@ -256,8 +260,8 @@ def test_score_counts_assigned_pods_and_weights():
     ],
 )
 def test_score_mapping(scores, valid, mapping, expected):
-    out = la.to_extender_scores(np.array(scores, dtype=np.int64), np.array(valid, dtype=bool), mapping, 10)
-    assert out.tolist() == expected
+    rated = np.where(np.array(valid, dtype=bool), np.array(scores, dtype=np.int64), NO_SCORE)
+    assert to_extender_scores(rated, mapping, 10).tolist() == expected
 
 
 def test_score_prefers_less_loaded_and_orders_like_usage():
@@ -267,7 +271,8 @@ def test_score_prefers_less_loaded_and_orders_like_usage():
         st.apply_node(node(f"n{i}"))
         st.apply_metric(metric(f"n{i}", cpu, 16 * Gi))
         names.append(f"n{i}")
-    mapped, raw, *_ = score_nodes(st, st.pod_info(INCOMING), names, st.clock())
+    scores = score_nodes(st, st.pod_info(INCOMING), names)
+    mapped, raw = scores.mapped, scores.outcome.total
     assert raw.tolist() == sorted(raw.tolist(), reverse=True)
     assert mapped.tolist() == sorted(mapped.tolist(), reverse=True)
     assert mapped[0] == 10 and len(set(mapped.tolist())) == 5

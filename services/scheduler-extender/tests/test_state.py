@@ -1,18 +1,31 @@
 """The assigned-pod cache: timestamps, assumed placements, moves, deletions, stale metrics."""
 
-import numpy as np
 import pytest
 from extender_helpers import T0, Gi, guaranteed, metric, node, pod_metric
 from koordcommon.resources import Resources
 from scheduler_extender.core import wire
 from scheduler_extender.core.extender import filter_request, prioritize_request
-from scheduler_extender.core.loadaware import AggregatedArgs, LoadAwareArgs, Thresholds
-from scheduler_extender.core.state import ExtenderConfig, pending_of
+from scheduler_extender.core.plugins.loadaware import NAME as LOAD_AWARE
+from scheduler_extender.core.plugins.loadaware import AggregatedArgs, LoadAwareArgs, Thresholds
+from scheduler_extender.core.state import ExtenderConfig
 from test_loadaware import make_state
 
 
+def load_of(st, name):
+    return st.plugin(LOAD_AWARE).load(st.view(name))
+
+
 def exist_cpu(st, name):
-    return st.table.get(st.table.index[name], "exist_cpu")
+    return load_of(st, name).exist.cpu_milli
+
+
+def rows_of_every_plugin(st, names):
+    """Each column plugin's stored values for the nodes (what requests are judged by)."""
+    out = {}
+    for p in st.plugins:
+        if hasattr(p, "columns"):
+            out[p.name] = [p.columns.row(st.rows[n]) for n in names]
+    return out
 
 
 def test_initial_pods_are_old_live_pods_are_fresh():
@@ -22,7 +35,7 @@ def test_initial_pods_are_old_live_pods_are_fresh():
     st.apply_pod(guaranteed("old", 4000, 8 * Gi, node="n", start_ms=T0 - 3_600_000), initial=True)
     st.apply_pod(guaranteed("new", 4000, 8 * Gi, node="n", start_ms=T0 - 3_600_000))  # seen bound now
     # only the live one is inside the window: 10000 + max(0, 3400 - 1500)
-    assert pending_of(st, "n") == ["default/new"]
+    assert load_of(st, "n").pending == ["default/new"]
     assert exist_cpu(st, "n") == 11900
 
 
@@ -104,8 +117,8 @@ def test_apply_many_computes_each_row_once_with_the_same_result():
     for st in (one, many):
         for i in range(3):
             st.apply_metric(metric(f"n{i}", 1000, Gi))
-    for col in ("exist_cpu", "exist_mem", "alloc_cpu", "known"):
-        assert np.array_equal(getattr(one.table, col)[:3], getattr(many.table, col)[:3])
+    names = ["n0", "n1", "n2"]
+    assert rows_of_every_plugin(one, names) == rows_of_every_plugin(many, names)
     assert exist_cpu(many, "n0") == 1000 + 3 * 850
 
 
@@ -139,82 +152,69 @@ def test_reserve_pod_is_not_assumed():
     assert exist_cpu(st, "a") == 1000 and st.assumed == {}
 
 
-SHIFT_CONFIGS = [
+MOVE_CONFIGS = [
     ExtenderConfig(),
     ExtenderConfig(load=LoadAwareArgs(prod_usage_thresholds=Thresholds(60, 90), score_according_prod_usage=True)),
     ExtenderConfig(load=LoadAwareArgs(aggregated=AggregatedArgs(Thresholds(70, 90), "p95", 0, "p90", 1800))),
 ]
 
 
-@pytest.mark.parametrize("config", SHIFT_CONFIGS)
-def test_assumed_placements_shift_rows_exactly_as_a_full_refresh(config):
+@pytest.mark.parametrize("config", MOVE_CONFIGS)
+def test_assumed_placements_moved_around_end_where_they_were_last_put(config):
     """Assume, move and re-assume pods (prod, batch, one the metric already reports): every
-    column of every row equals what recomputing the row from all its pods gives."""
+    plugin's row equals that of a state where each pod was put once on its last node."""
     from extender_helpers import pod
     from koordcommon.model import PriorityClass
-    from scheduler_extender.core.table import ALL_COLUMNS
     from test_batch_reservation import BATCH_LABELS
 
-    st = make_state(config)
-    batch_alloc = {"koordinator.sh/batch-cpu": 10000, "koordinator.sh/batch-memory": 20 * Gi}
-    for name in ("a", "b", "c"):
-        st.apply_node(node(name, extra=batch_alloc))
-    st.apply_metric(metric("a", 9000, 20 * Gi, pods=[pod_metric("seen", 1500, Gi, cls=PriorityClass.PROD)]))
-    st.apply_metric(metric("b", 3000, 8 * Gi))
-    web = st.pod_info(guaranteed("web", 4000, 8 * Gi, priority=9500))
-    job = st.pod_info(pod("job", labels=BATCH_LABELS, priority=5000, extra_requests={"koordinator.sh/batch-cpu": 3000}))
-    seen = st.pod_info(guaranteed("seen", 2000, 2 * Gi))  # the metric of a reports it already
+    def state():
+        st = make_state(config)
+        batch_alloc = {"koordinator.sh/batch-cpu": 10000, "koordinator.sh/batch-memory": 20 * Gi}
+        for name in ("a", "b", "c"):
+            st.apply_node(node(name, extra=batch_alloc))
+        st.apply_metric(metric("a", 9000, 20 * Gi, pods=[pod_metric("seen", 1500, Gi, cls=PriorityClass.PROD)]))
+        st.apply_metric(metric("b", 3000, 8 * Gi))
+        web = st.pod_info(guaranteed("web", 4000, 8 * Gi, priority=9500))
+        job = st.pod_info(pod("job", labels=BATCH_LABELS, priority=5000, extra_requests={"koordinator.sh/batch-cpu": 3000}))
+        seen = st.pod_info(guaranteed("seen", 2000, 2 * Gi))  # the metric of a reports it already
+        return st, web, job, seen
+
+    moved, web, job, seen = state()
     for info, where in ((web, "a"), (job, "a"), (seen, "a"), (web, "b"), (job, "c"), (web, "b"), (seen, "b"), (job, "a")):
-        st.assume(info, where)
+        moved.assume(info, where)
     assert web.is_prod and not job.is_prod and job.batch == Resources(3000, 0)
-    shifted = {col: getattr(st.table, col)[: len(st.table)].copy() for col in ALL_COLUMNS}
-    for name in ("a", "b", "c"):
-        st.refresh(name)
-    for col in ALL_COLUMNS:
-        assert getattr(st.table, col)[: len(st.table)].tolist() == shifted[col].tolist(), col
-    # and the shifts did something: web's estimate sits on b, job's batch request on a
-    assert exist_cpu(st, "b") == 3000 + 3400 + 1700 and st.table.get(st.table.index["a"], "breq_cpu") == 3000
+    direct, web, job, seen = state()
+    for info, where in ((web, "b"), (seen, "b"), (job, "a")):
+        direct.assume(info, where)
+    assert rows_of_every_plugin(moved, "abc") == rows_of_every_plugin(direct, "abc")
+    # and the moves did something: web's estimate sits on b, job's batch request on a
+    assert exist_cpu(moved, "b") == 3000 + 3400 + 1700
+    assert moved.plugin("BatchMidFit").columns.row(moved.rows["a"])["batch_free_cpu"] == 10000 - 3000
 
 
 def test_removed_node_fails_as_unknown_until_it_comes_back():
-    from scheduler_extender.core.extender import REASON_UNKNOWN, filter_nodes
+    from scheduler_extender.core.extender import filter_nodes
+    from scheduler_extender.core.plugins.known import REASON_UNKNOWN
 
     st = make_state()
     for name in ("a", "b"):
         st.apply_node(node(name))
         st.apply_metric(metric(name, 1000, Gi))
     info = st.pod_info(guaranteed("p", 1000, Gi))
-    outcome, *_ = filter_nodes(st, info, ["a", "b"], st.clock())
-    assert outcome.passed == [0, 1] and outcome.failed == {}
+    outcome = filter_nodes(st, info, ["a", "b"])
+    assert outcome.passed.tolist() == [0, 1] and outcome.failed(["a", "b"]) == {}
     st.remove_node("a")
-    outcome, *_ = filter_nodes(st, info, ["a", "b"], st.clock())
-    assert outcome.passed == [1] and outcome.failed == {"a": REASON_UNKNOWN}
+    outcome = filter_nodes(st, info, ["a", "b"])
+    assert outcome.passed.tolist() == [1] and outcome.failed(["a", "b"]) == {"a": REASON_UNKNOWN}
+    assert outcome.rejected[0].plugin == "NodeKnown"
     st.apply_node(node("a"))
-    outcome, *_ = filter_nodes(st, info, ["a", "b"], st.clock())
-    assert outcome.passed == [0, 1]
+    outcome = filter_nodes(st, info, ["a", "b"])
+    assert outcome.passed.tolist() == [0, 1]
 
 
-def test_table_wide_facts_follow_the_rows():
-    """What holds for every row (known, metric, earliest expiry) tracks row updates exactly."""
-    st = make_state()
-    t = st.table
-    st.apply_node(node("a"))
-    assert t.all_known() and not t.all_have_metrics()
-    st.apply_metric(metric("a", 1000, Gi, ts=T0))
-    st.apply_metric(metric("b", 1000, Gi, ts=T0 + 100_000))  # b is known by its metric alone
-    assert t.all_known() and t.all_have_metrics()
-    assert t.earliest_expiry() == T0 + 180_000
-    st.apply_metric(metric("a", 1000, Gi, ts=T0 + 200_000))  # the earliest row moves on
-    assert t.earliest_expiry() == T0 + 280_000
-    st.remove_node("b")
-    assert not t.all_known() and not t.all_have_metrics()
-    assert t.earliest_expiry() == T0 + 380_000
-    assert (t.earliest_expiry(), t.all_known()) == (int(t.expire_at[:2].min()), bool(t.known[:2].all()))
-
-
-def test_pods_of_one_template_are_derived_once_and_alike():
-    """PodInfo's numbers are kept by what they are derived from: a pod that differs from one seen
-    before in any single input gets its own numbers, and one that does not, the kept ones."""
+def test_every_input_of_a_pod_counts_in_its_numbers():
+    """A pod that differs from another in any single input gets its own numbers, in a state
+    that judged the other one before (what is kept per pod is kept by uid and version)."""
     from dataclasses import replace
 
     from extender_helpers import pod, rs_owner
@@ -235,10 +235,10 @@ def test_pods_of_one_template_are_derived_once_and_alike():
         "qos label": {"labels": {**base.labels, "koordinator.sh/qosClass": "BE"}},
         "status qosClass": {"kube_qos": "BestEffort"},
         "owner": {"owners": [OwnerRef("DaemonSet", "agent")]},
-        "workload": {"labels": {}},  # the ReplicaSet no longer resolves to Deployment web
+        "workload": {"labels": {}, "owners": [rs_owner("webapp")]},  # a ReplicaSet that is no Deployment's
         "reservation affinity": {"annotations": {"scheduling.koordinator.sh/reservation-affinity": '{"name": "h"}'}},
     }
-    fields = ("estimate", "is_prod", "request", "batch", "daemonset", "reservation_affinity", "shape")
+    fields = ("estimate", "is_prod", "request", "batch", "daemonset", "reservation_affinity")
 
     def numbers(info):
         return [getattr(info, f) for f in fields]
@@ -260,4 +260,3 @@ def test_pods_of_one_template_are_derived_once_and_alike():
             assert (want != base_numbers) is (with_profile or what not in profile_only), what  # the input matters
             assert numbers(shared.pod_info(base)) == base_numbers
             assert numbers(shared.pod_info(variant)) == want, what
-        assert len(shared._derived) <= 1 + len(one_change)  # the base was derived once

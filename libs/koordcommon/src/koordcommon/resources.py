@@ -141,16 +141,26 @@ class Resources(msgspec.Struct, frozen=True, gc=False):
 ZERO = Resources()
 
 
-def batch_of(resource_list: dict[str, int]) -> Resources:
-    """batch-cpu (milli-cores) and batch-memory of an integer resource list, under either prefix."""
+def tier_of(resource_list: dict[str, int], cpu_suffix: str, memory_suffix: str) -> Resources:
+    """One tier's cpu (milli-cores) and memory of an integer resource list, under either prefix."""
     cpu = mem = 0
     for name, value in resource_list.items():
         suffix = tier_suffix(name)
-        if suffix == BATCH_CPU_SUFFIX:
+        if suffix == cpu_suffix:
             cpu += value
-        elif suffix == BATCH_MEMORY_SUFFIX:
+        elif suffix == memory_suffix:
             mem += value
     return Resources(cpu, mem)
+
+
+def batch_of(resource_list: dict[str, int]) -> Resources:
+    """batch-cpu (milli-cores) and batch-memory of an integer resource list, under either prefix."""
+    return tier_of(resource_list, BATCH_CPU_SUFFIX, BATCH_MEMORY_SUFFIX)
+
+
+def mid_of(resource_list: dict[str, int]) -> Resources:
+    """mid-cpu (milli-cores) and mid-memory of an integer resource list, under either prefix."""
+    return tier_of(resource_list, MID_CPU_SUFFIX, MID_MEMORY_SUFFIX)
 
 
 def sum_resources(items) -> Resources:

@@ -63,7 +63,7 @@ def _verb(
             result = run(state, args)
         except wire.WireError as exc:  # not the extender JSON, or e.g. a quantity that does not parse
             requests[bad] += 1
-            return 400, orjson.dumps({"Error": str(exc)})
+            return 400, wire.go_json({"Error": str(exc)})
         except Exception as exc:
             log.exception("extender %s failed", verb)
             requests[failed] += 1

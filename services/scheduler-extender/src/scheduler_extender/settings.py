@@ -9,8 +9,10 @@ from __future__ import annotations
 from koordcommon.service import ServiceSettings, settings_config
 from pydantic import Field, field_validator
 
+from .core import plugins
 from .core.estimator import EstimatorArgs
-from .core.loadaware import AGGREGATION_TYPES, SCORE_MAPPINGS, AggregatedArgs, LoadAwareArgs, Thresholds
+from .core.framework import SCORE_MAPPINGS
+from .core.plugins.loadaware import AGGREGATION_TYPES, AggregatedArgs, LoadAwareArgs, Thresholds
 from .core.state import ExtenderConfig
 
 SERVICE = "scheduler-extender"
@@ -51,6 +53,13 @@ class Settings(ServiceSettings):
     score_min_span: int = Field(10, ge=1, le=100)
     assume_ttl_seconds: float = Field(30.0, ge=0)
     fail_unknown_nodes: bool = True
+    plugins: list[str] = Field(
+        default_factory=lambda: list(plugins.DEFAULT_ORDER),
+        description="filter/score plugins in the order they run (NodeKnown always first)",
+    )
+    plugin_weights: dict[str, int] = Field(
+        default_factory=dict, description="score weight per plugin name, overriding the plugin's own"
+    )
 
     @field_validator("usage_thresholds", "prod_usage_thresholds", "aggregated_usage_thresholds")
     @classmethod
@@ -84,6 +93,24 @@ class Settings(ServiceSettings):
     def _percentile(cls, v: str) -> str:
         if v not in PERCENTILES:
             raise ValueError(f"{v!r} is not one of {', '.join(PERCENTILES)}")
+        return v
+
+    @field_validator("plugins")
+    @classmethod
+    def _plugins(cls, v: list[str]) -> list[str]:
+        unknown = [n for n in v if n not in plugins.FACTORIES]
+        if unknown:
+            raise ValueError(f"unknown plugin(s) {', '.join(unknown)}; known: {', '.join(plugins.FACTORIES)}")
+        return v
+
+    @field_validator("plugin_weights")
+    @classmethod
+    def _weights(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, w in v.items():
+            if name not in plugins.FACTORIES:
+                raise ValueError(f"weight for unknown plugin {name!r}; known: {', '.join(plugins.FACTORIES)}")
+            if w < 0:
+                raise ValueError(f"weight of {name} must not be negative")
         return v
 
     @field_validator("score_mapping")
@@ -123,4 +150,6 @@ class Settings(ServiceSettings):
             score_min_span=self.score_min_span,
             assume_ttl_s=self.assume_ttl_seconds,
             fail_unknown_nodes=self.fail_unknown_nodes,
+            plugins=tuple(self.plugins),
+            plugin_weights=dict(self.plugin_weights),
         )

@@ -87,22 +87,6 @@ class WorkloadProfile:
     containers: dict[str, Resources] = field(default_factory=dict)
 
 
-def workload_key(pod: PodRecord) -> tuple[str, str, str] | None:
-    """(namespace, kind, name) of the pod's workload.
-
-    A ReplicaSet created by a Deployment is named `<deployment>-<pod-template-hash>`, so the
-    Deployment is recovered from the pod's own label without asking the API server.
-    """
-    owner = pod.controller
-    if owner is None:
-        return None
-    if owner.kind == "ReplicaSet":
-        h = pod.labels.get("pod-template-hash")
-        if h and owner.name.endswith("-" + h):
-            return (pod.namespace, "Deployment", owner.name[: -len(h) - 1])
-    return (pod.namespace, owner.kind, owner.name)
-
-
 def estimate_pod_with_profile(
     pod: PodRecord, profile: WorkloadProfile | None, args: EstimatorArgs = EstimatorArgs()
 ) -> Resources:

@@ -1,46 +1,33 @@
 """Everything the extender knows about the cluster, in memory, so a request never waits on I/O.
 
 Fed by the adapters: the latest NodeMetric and NodeResource per node (bus), nodes, pods and
-Reservations (cluster watch), workload usage profiles (recommender). Each change rewrites the
-affected node's row of the `NodeTable`; requests read the table.
+Reservations (cluster watch), workload usage profiles (recommender). Each change rebuilds the
+affected node's `NodeView` and hands it to every plugin (`refresh`), which keeps what it needs
+per node; requests are judged by the plugins over those stores.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
-from koordcommon.model import LABEL_PRIORITY_CLASS, LABEL_QOS_CLASS, PriorityClass
+from koordcommon import resources as rn
+from koordcommon.model import is_prod
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import NodeRecord, PodRecord
-from koordcommon.resources import ZERO, Resources, sum_resources
+from koordcommon.resources import ZERO, Resources
 from koordcommon.schemas import NodeMetric, NodeResource
+from koordcommon.workload import workload_of
 
+from . import plugins as registry
 from . import reservation as rsv
-from .batchfit import batch_names, batch_request
-from .candidates import RecentCandidates
-from .estimator import (
-    EstimatorArgs,
-    WorkloadProfile,
-    estimate_pod_with_profile,
-    estimate_requests,
-    workload_key,
-)
-from .loadaware import (
-    ANNOTATION_USAGE_THRESHOLDS,
-    AssignedPod,
-    LoadAwareArgs,
-    derive_row,
-    node_load,
-    node_thresholds,
-    shift_row,
-    write_load,
-)
-from .table import NodeTable
-from .wire import FailedNodesEncoder, HostPriorityEncoder
+from .estimator import EstimatorArgs, WorkloadProfile, estimate_pod_with_profile, estimate_requests
+from .framework import AssignedPod, NodeView, Plugin, PodInfo
+from .plugins.loadaware import LoadAwareArgs
 
 ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 
@@ -64,7 +51,7 @@ class ExtenderConfig:
     load: LoadAwareArgs = field(default_factory=LoadAwareArgs)
     estimator: EstimatorArgs = field(default_factory=EstimatorArgs)
     use_profiles: bool = True
-    score_mapping: str = "range"  # range | absolute (see loadaware.to_extender_scores)
+    score_mapping: str = "range"  # range | absolute (see framework.to_extender_scores)
     score_min_span: int = 10
     # After answering prioritize, count the pod on the best-scored node until the cluster watch
     # shows where it was bound (or this many seconds pass): a burst of pods scheduled faster
@@ -73,27 +60,8 @@ class ExtenderConfig:
     # A node name the extender has never heard of (no node, metric or NodeResource) fails the
     # filter; a known node without a NodeMetric passes, as in Koordinator.
     fail_unknown_nodes: bool = True
-
-
-@dataclass(slots=True)
-class PodInfo:
-    """A pod as the extender judges it: the record plus the derived numbers."""
-
-    record: PodRecord
-    estimate: Resources
-    is_prod: bool
-    request: Resources  # native cpu/memory
-    batch: Resources
-    daemonset: bool
-    reservation_affinity: bool = False  # the pod may only run on a matching reservation
-    reasons: dict[int, str] | None = None  # filter code -> reason, filled on first use
-    # What the load-aware and batch verdicts over a node depend on: pods of one shape (a
-    # ReplicaSet's burst) get the same verdicts. None: verdicts that also depend on who the pod is.
-    shape: tuple | None = None
-
-    @property
-    def key(self) -> str:
-        return self.record.key
+    plugins: tuple[str, ...] = registry.DEFAULT_ORDER
+    plugin_weights: dict[str, int] = field(default_factory=dict)  # overrides of each plugin's score weight
 
 
 @dataclass(slots=True)
@@ -106,10 +74,9 @@ class ClusterState:
     def __init__(self, config: ExtenderConfig | None = None, clock: Callable[[], int] = wall_ms) -> None:
         self.config = config or ExtenderConfig()
         self.clock = clock
-        self.table = NodeTable()
-        self.recent = RecentCandidates()  # node lists seen lately, with the verdicts over them
-        self.host_priorities = HostPriorityEncoder()
-        self.failed_nodes = FailedNodesEncoder()
+        self.plugins: list[Plugin] = registry.build(self.config.plugins, self.config, self.config.plugin_weights)
+        self.rows: dict[str, int] = {}  # node name -> row in every plugin's store
+        self.names: list[str] = []  # by row
         self.metrics: dict[str, NodeMetric] = {}
         self.node_resources: dict[str, NodeResource] = {}
         self.nodes: dict[str, NodeRecord] = {}
@@ -122,99 +89,65 @@ class ClusterState:
         self.pod_reservation: dict[str, str] = {}
         self.profiles: dict[tuple[str, str, str], WorkloadProfile] = {}
         self._pod_cache: dict[tuple[str, str], PodInfo] = {}
-        self._derived: dict[tuple, tuple] = {}  # PodInfo's numbers by what they are derived from
         self._deferred: set[str] | None = None
-        self._raw_pods: dict[bytes, PodInfo] = {}  # by the Pod's JSON as kube-scheduler sent it
-        self._reported: dict[str, tuple[NodeMetric, frozenset[str]]] = {}  # pod keys each metric reports
+
+    def plugin(self, name: str) -> Plugin | None:
+        return next((p for p in self.plugins if p.name == name), None)
+
+    # ------------------------------------------------------------------ nodes by row
+
+    def row(self, name: str) -> int:
+        """The row of `name`, created on first use (rows are never reused)."""
+        r = self.rows.get(name)
+        if r is None:
+            r = self.rows[name] = len(self.names)
+            self.names.append(name)
+        return r
+
+    def rows_of(self, names: list) -> np.ndarray:
+        """Rows of `names` in order, -1 for names without a row. A name that is not a string
+        raises TypeError."""
+        try:  # the common case, every name known, in one C-level pass
+            return np.fromiter(map(self.rows.__getitem__, names), dtype=np.intp, count=len(names))
+        except (KeyError, TypeError):
+            pass
+        if not all(isinstance(n, str) for n in names):
+            raise TypeError("node names must be strings")
+        get = self.rows.get
+        return np.fromiter((get(n, -1) for n in names), dtype=np.intp, count=len(names))
 
     # ------------------------------------------------------------------ pods as judged
 
-    def pod_info_json(self, obj: dict[str, Any], parse: Callable[[dict[str, Any]], PodRecord]) -> PodInfo:
-        """PodInfo of a Pod as the scheduler sent it; filter and prioritize of one pod parse it once.
-
-        Memoised per (uid, resourceVersion): the API server changes resourceVersion whenever the
-        pod changes, so a hit is the same pod.
-        """
-        meta = obj.get("metadata")
-        if isinstance(meta, dict):
-            uid, rv = meta.get("uid"), meta.get("resourceVersion")
-            if isinstance(uid, str) and isinstance(rv, str) and uid and rv:
-                hit = self._pod_cache.get((uid, rv))
-                if hit is not None:
-                    return hit
-        return self.pod_info(parse(obj))
-
-    def pod_info_raw(self, raw: bytes, parse: Callable[[bytes], PodRecord]) -> PodInfo:
-        """PodInfo of a Pod by its JSON bytes: prioritize repeats the filter's pod byte for byte."""
-        hit = self._raw_pods.get(raw)
-        if hit is None:
-            hit = self.pod_info(parse(raw))
-            if len(self._raw_pods) >= 256:
-                self._raw_pods.clear()
-            self._raw_pods[raw] = hit
-        return hit
-
     def pod_info(self, pod: PodRecord) -> PodInfo:
-        """The estimate and classes of `pod` (memoised per uid and resourceVersion)."""
+        """The estimate and classes of `pod`, derived once per uid and resourceVersion (the API
+        server changes resourceVersion whenever the pod changes: filter and prioritize of one
+        pod share the work)."""
         cache_key = (pod.uid, pod.resource_version)
-        if pod.uid and pod.resource_version:
-            hit = self._pod_cache.get(cache_key)
-            if hit is not None:
-                return hit
-        inputs = self._inputs(pod)
-        derived = self._derived.get(inputs)
-        if derived is None:
-            derived = self._derive(pod)
-            if len(self._derived) >= 1024:
-                self._derived.clear()
-            self._derived[inputs] = derived
-        *numbers, shape = derived
-        info = PodInfo(pod, *numbers, shape=shape)
-        if pod.uid and pod.resource_version:
+        cacheable = bool(pod.uid and pod.resource_version)
+        if cacheable and (hit := self._pod_cache.get(cache_key)) is not None:
+            return hit
+        requests, cls = pod.requests(), pod.priority_class  # each computed once: they are not cheap
+        info = PodInfo(
+            record=pod,
+            estimate=self._estimate(pod, requests, cls),
+            is_prod=is_prod(cls),
+            request=Resources.from_list(requests),
+            batch=rn.batch_of(requests),
+            mid=rn.mid_of(requests),
+            daemonset=pod.is_daemonset,
+            reservation_affinity=rsv.required_reservation(pod) is not None,
+        )
+        if cacheable:
             if len(self._pod_cache) > 4096:
                 self._pod_cache.clear()
             self._pod_cache[cache_key] = info
         return info
 
-    def _inputs(self, pod: PodRecord) -> tuple:
-        """Everything `_derive` reads of a pod, which pods of one template share: the pods of a
-        burst are derived once."""
-
-        def resources(containers: list) -> tuple:
-            return tuple((tuple(c.requests.items()), tuple(c.limits.items())) for c in containers)
-
-        inputs = (
-            resources(pod.containers),
-            resources(pod.init_containers),
-            tuple(pod.overhead.items()),
-            pod.priority,
-            pod.labels.get(LABEL_PRIORITY_CLASS),
-            pod.labels.get(LABEL_QOS_CLASS),
-            pod.kube_qos,
-            pod.is_daemonset,
-            pod.annotations.get(rsv.ANNOTATION_RESERVATION_AFFINITY),
-        )
-        if self.config.use_profiles and self.profiles:  # the profile is looked up by workload and container
-            inputs += (workload_key(pod), tuple(c.name for c in pod.containers))
-        return inputs
-
-    def _derive(self, pod: PodRecord) -> tuple:
-        """PodInfo's fields after the record, in order, then its shape."""
-        requests, cls = pod.requests(), pod.priority_class  # each computed once: they are not cheap
-        estimate, batch = self._estimate(pod, requests, cls), batch_request(requests)
-        is_prod, daemonset = cls is PriorityClass.PROD, pod.is_daemonset
-        affinity = rsv.required_reservation(pod) is not None
-        shape = None
-        if not affinity:
-            names = batch_names(pod) if not batch.is_zero() else None  # they name the batch reasons
-            shape = (estimate, is_prod, batch, daemonset, names)
-        return (estimate, is_prod, Resources.from_list(requests), batch, daemonset, affinity, shape)
-
-    def _estimate(self, pod: PodRecord, requests: dict[str, int], cls: PriorityClass) -> Resources:
-        """The pod's estimated usage, given its summed requests and priority class."""
+    def _estimate(self, pod: PodRecord, requests: dict[str, int], cls) -> Resources:
+        """The pod's estimated usage: its workload's usage profile when one covers it, else
+        Koordinator's default estimator over its summed requests."""
         if self.config.use_profiles and self.profiles:
-            key = workload_key(pod)
-            profile = self.profiles.get(key) if key else None
+            profile = self.profiles.get(workload_of(pod))
             if profile is not None:
                 return estimate_pod_with_profile(pod, profile, self.config.estimator)
         return estimate_requests(requests, pod.limits(), cls, self.config.estimator)
@@ -246,9 +179,8 @@ class ClusterState:
         self.nodes.pop(name, None)
         self.metrics.pop(name, None)
         self.node_resources.pop(name, None)
-        if name in self.table.index:
+        if name in self.rows:
             self.refresh(name)
-            self.table.set(self.table.index[name], known=False)
 
     def apply_pod(self, pod: PodRecord, initial: bool = False) -> None:
         """A pod as the cluster watch shows it. Bound and not terminated: counted on its node.
@@ -265,7 +197,6 @@ class ClusterState:
         assumed = self.assumed.pop(key, None)
         if prev_node is not None and prev_node != pod.node_name:
             self._drop(key, prev_node)
-            prev_node = None
         old = self.assigned.get(pod.node_name, {}).get(key)
         if old is not None and (not old.assumed or (assumed is not None and assumed.node == pod.node_name)):
             assigned_ms = old.assigned_ms
@@ -276,24 +207,29 @@ class ClusterState:
         if assumed is not None and assumed.node != pod.node_name:
             self._drop(key, assumed.node)
         info = self.pod_info(pod)
-        deadline = None
         secs = self.config.load.estimated_seconds_after_pod_scheduled
-        if secs:
-            deadline = assigned_ms + secs * 1000
         self.pods[key] = pod
         self.pod_node[key] = pod.node_name
-        self.assigned.setdefault(pod.node_name, {})[key] = AssignedPod(
-            key=key,
+        self.assigned.setdefault(pod.node_name, {})[key] = self._assigned(
+            info, assigned_ms, deadline_ms=assigned_ms + secs * 1000 if secs else None
+        )
+        if key not in self.pod_reservation:
+            self._consume_reservation(pod, info)
+        self.refresh(pod.node_name)
+
+    @staticmethod
+    def _assigned(info: PodInfo, assigned_ms: int, deadline_ms: int | None = None, assumed: bool = False) -> AssignedPod:
+        return AssignedPod(
+            key=info.key,
             estimate=info.estimate,
             assigned_ms=assigned_ms,
             is_prod=info.is_prod,
             requests=info.request,
             batch=info.batch,
-            deadline_ms=deadline,
+            mid=info.mid,
+            deadline_ms=deadline_ms,
+            assumed=assumed,
         )
-        if key not in self.pod_reservation:
-            self._consume_reservation(pod, info)
-        self.refresh(pod.node_name)
 
     def remove_pod(self, key: str) -> None:
         node = self.pod_node.pop(key, None)
@@ -301,9 +237,8 @@ class ClusterState:
         assumed = self.assumed.pop(key, None)
         name = self.pod_reservation.pop(key, None)
         if name is not None and name in self.reservations:
-            r = self.reservations[name]
             ap = self.assigned.get(node or "", {}).get(key)
-            rsv.release(r, key, ap.requests if ap else ZERO)
+            rsv.release(self.reservations[name], key, ap.requests if ap else ZERO)
         for n in {node, assumed.node if assumed else None} - {None}:
             self._drop(key, n)
 
@@ -326,64 +261,17 @@ class ClusterState:
         now = self.clock()
         prev = self.assumed.get(pod.key)
         if prev is not None and prev.node != node:
-            self._move_assumed(pod.key, prev.node, None)
-        ap = AssignedPod(
-            key=pod.key,
-            estimate=pod.estimate,
-            assigned_ms=now,
-            is_prod=pod.is_prod,
-            requests=pod.request,
-            batch=pod.batch,
-            assumed=True,
-        )
+            self._drop(pod.key, prev.node)
         self.assumed[pod.key] = _Assumed(node, now + int(self.config.assume_ttl_s * 1000))
-        self._move_assumed(pod.key, node, ap)
-
-    def _move_assumed(self, key: str, node: str, ap: AssignedPod | None) -> None:
-        """Add (`ap`) or drop (None) an assumed pod on `node`, adjusting its row in place.
-
-        Scheduling answers place and move assumed pods on the hot path. A pod the node's metric
-        does not report adds exactly its estimate to every usage sum (and its batch request),
-        so the row is shifted by that instead of recomputed from all the node's pods; anything
-        else takes the full refresh.
-        """
-        pods = self.assigned.setdefault(node, {})
-        old = pods.pop(key, None)
-        if ap is not None:
-            pods[key] = ap
-        if (old is not None and not old.assumed) or self._deferred is not None or node not in self.table.index:
-            self.refresh(node)
-            return
-        metric = self.metrics.get(node)
-        if metric is not None and key in self._reported_keys(node, metric):
-            self.refresh(node)
-            return
-        delta = prod = batch = ZERO
-        if old is not None:
-            delta, batch = delta - old.estimate, batch - old.batch
-            prod = prod - old.estimate if old.is_prod else prod
-        if ap is not None:
-            delta, batch = delta + ap.estimate, batch + ap.batch
-            prod = prod + ap.estimate if ap.is_prod else prod
-        shift_row(self.table, self.table.index[node], delta, prod, batch, self.config.load)
-
-    def _reported_keys(self, node: str, metric: NodeMetric) -> frozenset[str]:
-        cached = self._reported.get(node)
-        if cached is None or cached[0] is not metric:
-            cached = self._reported[node] = (metric, frozenset(f"{pm.namespace}/{pm.name}" for pm in metric.pods))
-        return cached[1]
+        self.assigned.setdefault(node, {})[pod.key] = self._assigned(pod, now, assumed=True)
+        self.refresh(node)
 
     def prune(self, now_ms: int | None = None) -> None:
-        """Forget assumed placements the watch never confirmed; refresh reservation flags."""
+        """Forget assumed placements the watch never confirmed."""
         now = self.clock() if now_ms is None else now_ms
-        self.table.compact_index()
         for key in [k for k, a in self.assumed.items() if a.expires_ms <= now]:
             a = self.assumed.pop(key)
             self._drop(key, a.node)
-        for node, names in self.resv_by_node.items():
-            if node in self.table.index:
-                active = any(self.reservations[n].active(now) for n in names if n in self.reservations)
-                self.table.set(self.table.index[node], has_resv=active)
 
     def apply_reservation(self, obj: dict[str, Any]) -> rsv.Reservation:
         r = rsv.parse_reservation(obj)
@@ -397,6 +285,8 @@ class ClusterState:
             if r.allocate_once and r.current_owners:
                 r.phase = "Succeeded"
             self._unindex(old)
+            if old.node and old.node != r.node:
+                self.refresh(old.node)
         self.reservations[r.name] = r
         if r.node:
             self.resv_by_node.setdefault(r.node, set()).add(r.name)
@@ -417,17 +307,12 @@ class ClusterState:
                 del self.resv_by_node[r.node]
 
     def _request_of(self, key: str) -> Resources | None:
-        node = self.pod_node.get(key)
-        ap = self.assigned.get(node or "", {}).get(key)
+        ap = self.assigned.get(self.pod_node.get(key) or "", {}).get(key)
         return ap.requests if ap else None
 
     def _consume_reservation(self, pod: PodRecord, info: PodInfo) -> None:
-        names = self.resv_by_node.get(pod.node_name or "")
-        if not names:
-            return
         now = self.clock()
-        candidates = [self.reservations[n] for n in names if n in self.reservations]
-        candidates = [r for r in candidates if r.active(now) and r.matches(pod)]
+        candidates = [r for r in self.node_reservations(pod.node_name or "") if r.active(now) and r.matches(pod)]
         if not candidates:
             return
         r = min(candidates, key=lambda r: (r.order, r.name))
@@ -439,11 +324,9 @@ class ClusterState:
             self.profiles.pop(key, None)
         else:
             self.profiles[key] = profile
-        self._pod_cache.clear()
-        self._raw_pods.clear()
-        self._derived.clear()
+        self._pod_cache.clear()  # estimates of that workload's pods change
 
-    # ------------------------------------------------------------------ the table
+    # ------------------------------------------------------------------ node views
 
     def allocatable(self, node: str) -> Resources:
         """EstimateNode: the node's allocatable, raw-allocatable annotation overriding it."""
@@ -455,20 +338,38 @@ class ClusterState:
         m = self.metrics.get(node)
         return m.allocatable if m is not None else ZERO
 
-    def requested(self, node: str) -> Resources:
-        return sum_resources(p.requests for p in self.assigned.get(node, {}).values())
+    def node_reservations(self, node: str) -> list[rsv.Reservation]:
+        return [self.reservations[n] for n in self.resv_by_node.get(node, ()) if n in self.reservations]
 
-    def batch_allocatable(self, node: str) -> Resources:
-        nr = self.node_resources.get(node)
-        if nr is not None:
-            return nr.batch or ZERO
-        rec = self.nodes.get(node)
-        if rec is not None:
-            return rec.batch_allocatable() or ZERO
-        return ZERO
+    def view(self, node: str, without: Iterable[str] = ()) -> NodeView:
+        """The node as plugins see it; `without`: pod keys to leave out (preemption's victims),
+        whose reported usage is then taken off the node's."""
+        pods = self.assigned.get(node, {})
+        gone = set(without)
+        departed = ZERO
+        metric = self.metrics.get(node)
+        if gone:
+            if metric is not None:
+                for pm in metric.pods:
+                    if f"{pm.namespace}/{pm.name}" in gone:
+                        departed = departed + pm.usage
+            kept = [p for k, p in pods.items() if k not in gone]
+        else:
+            kept = list(pods.values())
+        return NodeView(
+            name=node,
+            record=self.nodes.get(node),
+            metric=metric,
+            node_resource=self.node_resources.get(node),
+            pods=kept,
+            allocatable=self.allocatable(node),
+            reservations=self.node_reservations(node),
+            now_ms=self.clock(),
+            departed_usage=departed,
+        )
 
     def apply_many(self, nodes=(), pods=(), reservations=(), initial: bool = True) -> None:
-        """A first list of the cluster: each touched node's row is computed once, at the end."""
+        """A first list of the cluster: each touched node is refreshed once, at the end."""
         self._deferred = set()
         try:
             for n in nodes:
@@ -481,69 +382,23 @@ class ClusterState:
             touched, self._deferred = self._deferred, None
             for node in touched:
                 self.refresh(node)
-            self.table.compact_index()
 
     def refresh(self, node: str) -> None:
         if self._deferred is not None:
             self._deferred.add(node)
             return
-        t = self.table
-        r = t.row(node)
-        rec = self.nodes.get(node)
-        metric = self.metrics.get(node)
-        pods = self.assigned.get(node, {})
-        alloc = self.allocatable(node)
-        annotation = None
-        if rec is not None and ANNOTATION_USAGE_THRESHOLDS in rec.annotations:
-            try:
-                annotation = orjson.loads(rec.annotations[ANNOTATION_USAGE_THRESHOLDS])
-            except orjson.JSONDecodeError:
-                annotation = None
-        usage_thr, prod_thr, agg_thr = node_thresholds(
-            annotation if isinstance(annotation, dict) else None, self.config.load
-        )
-        bal = self.batch_allocatable(node)
-        breq = sum_resources(p.batch for p in pods.values())
-        now = self.clock()
-        has_resv = any(
-            self.reservations[n].active(now) for n in self.resv_by_node.get(node, ()) if n in self.reservations
-        )
-        write_load(t, r, node_load(metric, pods.values(), self.config.load))
-        t.set(
-            r,
-            known=rec is not None or metric is not None or node in self.node_resources,
-            alloc_cpu=alloc.cpu_milli,
-            alloc_mem=alloc.memory_bytes,
-            thr_cpu=usage_thr.cpu,
-            thr_mem=usage_thr.memory,
-            pthr_cpu=prod_thr.cpu,
-            pthr_mem=prod_thr.memory,
-            athr_cpu=agg_thr.cpu,
-            athr_mem=agg_thr.memory,
-            has_prod_thr=prod_thr.enabled,
-            has_agg_thr=agg_thr.enabled and bool(self.config.load.aggregated.usage_aggregation_type),
-            bal_cpu=bal.cpu_milli,
-            bal_mem=bal.memory_bytes,
-            breq_cpu=breq.cpu_milli,
-            breq_mem=breq.memory_bytes,
-            has_resv=has_resv,
-        )
-        derive_row(t, r, self.config.load)
-
-    def node_reservations(self, node: str) -> list[rsv.Reservation]:
-        return [self.reservations[n] for n in self.resv_by_node.get(node, ()) if n in self.reservations]
+        row = self.row(node)
+        view = self.view(node)
+        for p in self.plugins:
+            p.refresh(row, view)
 
     def summary(self) -> dict[str, int]:
+        known = set(self.nodes) | set(self.metrics) | set(self.node_resources)
         return {
-            "nodes": int(self.table.known[: len(self.table)].sum()),
+            "nodes": len(known),
             "metrics": len(self.metrics),
             "pods": len(self.pods),
             "assumed": len(self.assumed),
             "reservations": len(self.reservations),
             "profiles": len(self.profiles),
         }
-
-
-def pending_of(state: ClusterState, node: str) -> list[str]:
-    """Keys of the node's pods whose estimate is counted on top of its metric (for debugging)."""
-    return node_load(state.metrics.get(node), state.assigned.get(node, {}).values(), state.config.load).pending

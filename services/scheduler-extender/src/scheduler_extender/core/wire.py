@@ -3,23 +3,18 @@
 The extender types have no json tags, so their keys are the Go field names (PascalCase).
 kube-scheduler always sends PascalCase, but Go decodes object keys case-insensitively
 (exact match first, then case-folded) and ignores unknown keys: decoding here does the same.
-Encoding writes what Go's `json.Marshal` writes: every field present, nil as `null`, and Go's
-HTML-safe escaping of `<`, `>`, `&`, U+2028 and U+2029 inside strings. The long lists of the
-hot-path replies (HostPriorityList, FailedNodes) are gathered from pre-encoded fixed-width
-members, so insignificant whitespace follows their members; everything else has no spaces.
-Embedded Kubernetes objects (Pod, NodeList, Node) are kept as the dicts they arrived as and
-re-emitted verbatim, so a reply echoes the scheduler's own node objects byte for byte.
+Encoding writes exactly what Go's `json.Marshal` writes for the same values: struct fields in
+declaration order, every field present, nil as `null`, map keys sorted, no insignificant
+whitespace, and Go's HTML-safe escaping of `<`, `>`, `&`, U+2028 and U+2029 inside strings
+(the tests hold every reply to Go's own encoding). Embedded Kubernetes objects (Pod, NodeList,
+Node) are kept as the dicts they arrived as and re-emitted with their members as received.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
-import msgspec
-import numpy as np
 import orjson
 
 MIN_EXTENDER_PRIORITY = 0
@@ -98,68 +93,21 @@ def node_name_of(node: Any) -> str:
 # --------------------------------------------------------------------------- requests
 
 
+@dataclass(slots=True)
 class ExtenderArgs:
-    """`{"Pod", "Nodes", "NodeNames"}`: Nodes is sent when nodeCacheCapable is false, NodeNames when true.
+    """`{"Pod", "Nodes", "NodeNames"}`: Nodes is sent when nodeCacheCapable is false, NodeNames when true."""
 
-    From kube-scheduler's exact encoding the Pod and NodeNames are kept as the JSON they arrived
-    as (`pod_raw`, `names_raw`) and decoded only when asked for: the same pod and the same node
-    list come again and again (filter then prioritize; the next pod of a burst), and the state
-    recognises them by their bytes.
-    """
-
-    __slots__ = ("_node_names", "_pod", "names_raw", "nodes", "pod_raw")
-
-    def __init__(
-        self,
-        pod: dict[str, Any] | None = None,
-        nodes: dict[str, Any] | None = None,  # a NodeList: {"metadata": {...}, "items": [Node, ...]}
-        node_names: list[str] | None = None,
-        *,
-        pod_raw: bytes | None = None,
-        names_raw: bytes | None = None,
-    ) -> None:
-        self._pod = pod
-        self.nodes = nodes
-        self._node_names = node_names
-        self.pod_raw = pod_raw
-        self.names_raw = names_raw
-
-    @property
-    def pod(self) -> dict[str, Any]:
-        if self._pod is None and self.pod_raw is not None:
-            self._pod = _object(_loads(self.pod_raw), "Pod")
-        return self._pod if self._pod is not None else {}
-
-    @property
-    def node_names(self) -> list[str] | None:
-        if self._node_names is None and self.names_raw is not None:
-            self._node_names = _name_list(_loads(self.names_raw), "NodeNames")
-        return self._node_names
+    pod: dict[str, Any]
+    nodes: dict[str, Any] | None = None  # a NodeList: {"metadata": {...}, "items": [Node, ...]}
+    node_names: list[str] | None = None
 
     def candidate_names(self) -> list[str]:
         """The node names to judge, in the scheduler's order (NodeNames wins when both are sent)."""
-        names = self.node_names
-        if names is not None:
-            return names
+        if self.node_names is not None:
+            return self.node_names
         if self.nodes is not None:
             return [node_name_of(n) for n in self.nodes["items"]]
         return []
-
-
-class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
-    """The request exactly as kube-scheduler encodes it, members left undecoded."""
-
-    Pod: msgspec.Raw = msgspec.Raw()
-    Nodes: msgspec.Raw = msgspec.Raw()
-    NodeNames: msgspec.Raw = msgspec.Raw()
-
-
-_ENVELOPE = msgspec.json.Decoder(_Envelope)
-
-
-def _raw(value: msgspec.Raw) -> bytes | None:
-    out = bytes(value)
-    return None if not out or out == b"null" else out
 
 
 def _decode_nodes(nodes: Any) -> dict[str, Any]:
@@ -179,21 +127,6 @@ def _decode_nodes(nodes: Any) -> dict[str, Any]:
 
 
 def decode_extender_args(body: bytes | str) -> ExtenderArgs:
-    try:
-        env = _ENVELOPE.decode(body)
-    except (msgspec.DecodeError, TypeError):
-        env = None  # not exactly kube-scheduler's form: the general decoder says what is wrong
-    if env is not None:
-        pod_raw, nodes_raw, names_raw = _raw(env.Pod), _raw(env.Nodes), _raw(env.NodeNames)
-        # The shape checks the general decoder makes, on the first byte of each member.
-        if (
-            pod_raw is not None
-            and pod_raw[:1] == b"{"
-            and (nodes_raw is not None or names_raw is not None)
-            and (names_raw is None or names_raw[:1] == b"[")
-        ):
-            nodes = None if nodes_raw is None else _decode_nodes(_loads(nodes_raw))
-            return ExtenderArgs(None, nodes, pod_raw=pod_raw, names_raw=names_raw)
     obj = _object(_loads(body), "request body")
     pod = _pod(obj)
     nodes = field_of(obj, "Nodes")
@@ -355,7 +288,7 @@ _GO_ESCAPES = (
 )
 
 
-def _go_json(value: Any) -> bytes:
+def go_json(value: Any) -> bytes:
     """orjson output made identical to Go's json.Marshal.
 
     The only difference for the values produced here is Go's HTML-safe escaping. These
@@ -369,6 +302,12 @@ def _go_json(value: Any) -> bytes:
     return out
 
 
+def _sorted(m: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A Go map is written with its keys sorted (byte order of their UTF-8, which is code point
+    order: Python's string order)."""
+    return None if m is None else dict(sorted(m.items()))
+
+
 def encode_filter_result(
     nodes: dict[str, Any] | None = None,
     node_names: list[str] | None = None,
@@ -376,214 +315,51 @@ def encode_filter_result(
     failed_and_unresolvable: dict[str, str] | None = None,
     error: str = "",
 ) -> bytes:
-    return _go_json(
+    """ExtenderFilterResult{Nodes *v1.NodeList; NodeNames *[]string; FailedNodes,
+    FailedAndUnresolvableNodes FailedNodesMap; Error string}."""
+    return go_json(
         {
             "Nodes": nodes,
             "NodeNames": node_names,
-            "FailedNodes": failed_nodes,
-            "FailedAndUnresolvableNodes": failed_and_unresolvable,
+            "FailedNodes": _sorted(failed_nodes),
+            "FailedAndUnresolvableNodes": _sorted(failed_and_unresolvable),
             "Error": error,
         }
     )
 
 
-def encode_names(names: list[str]) -> bytes:
-    return _go_json(names)
-
-
-def encode_filter_names_reply(
-    names_json: bytes, outcome: FilterOutcome, failed_encoder: FailedNodesEncoder, table_names: list[str]
-) -> bytes:
-    """The reply to a NodeNames (nodeCacheCapable) request, with the passed names pre-encoded.
-
-    The same JSON as encode_filter_result(None, names, ...); FailedNodes members come grouped
-    by reason (a JSON object's member order carries no meaning, and Go decodes it into a map).
-    """
-    c = outcome.coded
-    if c is None or c.rows is None:
-        failed = [_go_json(outcome.failed or None)]
-    elif not len(c.at) and not outcome.extra_failed:
-        failed = [b"null"]
-    else:
-        failed = [b"{"]
-        present = np.bincount(c.codes).nonzero()[0].tolist()
-        for code in present:
-            rows = c.rows if len(present) == 1 else c.rows[c.codes == code]
-            failed += (failed_encoder.members(table_names, rows, c.reasons[code]), b",")
-        if outcome.extra_failed:
-            failed.append(memoryview(_go_json(outcome.extra_failed))[1:-1])
-        elif len(failed) > 1:
-            failed.pop()  # the last comma
-        failed.append(b"}")
-    return b"".join(
-        (
-            b'{"Nodes":null,"NodeNames":',
-            names_json,
-            b',"FailedNodes":',
-            *failed,
-            b',"FailedAndUnresolvableNodes":',
-            _go_json(outcome.unresolvable) if outcome.unresolvable else b"null",
-            b',"Error":""}',
-        )
-    )
-
-
-def assemble_filter_names_reply(names_json: bytes, groups: list[bytes]) -> bytes:
-    """A NodeNames filter reply from the passed names' JSON and the FailedNodes groups, each
-    its members led by commas (`RowEntries.gather`), in reason-code order."""
-    if not groups:
-        failed = [b',"FailedNodes":null']
-    else:  # the first member loses its leading comma to the opening brace
-        failed = [b',"FailedNodes":{', memoryview(groups[0])[1:], *groups[1:], b"}"]
-    return b"".join(
-        (b'{"Nodes":null,"NodeNames":', names_json, *failed, b',"FailedAndUnresolvableNodes":null,"Error":""}')
-    )
-
-
 def encode_host_priority(host: str, score: int) -> bytes:
-    return _go_json({"Host": host, "Score": score})
+    return go_json({"Host": host, "Score": score})
 
 
 def encode_host_priority_list(hosts: list[str], scores: list[int]) -> bytes:
-    """A HostPriorityList: a JSON array of `{"Host", "Score"}` (scores 0-10)."""
-    return _go_json([{"Host": h, "Score": s} for h, s in zip(hosts, scores)])
-
-
-class RowEntries:
-    """Pre-encoded JSON members, one per table row and variant, gathered by numpy.
-
-    Each entry is `,<member>` padded with spaces to a common width and kept as one row of a
-    byte matrix, so a reply listing thousands of nodes is one gather and one copy: the members
-    joined by commas, each followed by some insignificant JSON whitespace. Rows are
-    append-only, so an entry never goes stale; a longer entry widens the matrix.
-    """
-
-    __slots__ = ("_filled", "_make", "_matrix", "variants")
-
-    def __init__(self, make: Callable[[str, int], bytes], variants: int = 1) -> None:
-        self._make = make  # (node name, variant) -> the member's JSON
-        self.variants = variants
-        self._matrix = np.full((0, 16), ord(" "), dtype=np.uint8)
-        self._filled = 0
-
-    def ensure(self, names: list[str]) -> None:
-        n = len(names)
-        if n <= self._filled:
-            return
-        new = [b"," + self._make(names[r], v) for r in range(self._filled, n) for v in range(self.variants)]
-        width = max(self._matrix.shape[1], max(map(len, new)))
-        rows = max(n, 2 * (len(self._matrix) // self.variants)) * self.variants
-        if rows > len(self._matrix) or width > self._matrix.shape[1]:
-            grown = np.full((rows, width), ord(" "), dtype=np.uint8)
-            done = self._filled * self.variants
-            grown[:done, : self._matrix.shape[1]] = self._matrix[:done]
-            self._matrix = grown
-        start = self._filled * self.variants
-        for i, entry in enumerate(new):
-            self._matrix[start + i, : len(entry)] = np.frombuffer(entry, dtype=np.uint8)
-        self._filled = n
-
-    @property
-    def width(self) -> int:
-        """Bytes per entry (entries widen when a longer one is added)."""
-        return self._matrix.shape[1]
-
-    def entry(self, row: int, variant: int = 0) -> bytes:
-        return self._matrix[row * self.variants + variant].tobytes()
-
-    def gather(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> bytes:
-        """The entries of `rows` (after `ensure` covered them), each in its variant and led by
-        its comma: entry k fills bytes [k x width, (k + 1) x width)."""
-        flat = np.asarray(rows, dtype=np.intp) * self.variants + np.asarray(variants, dtype=np.intp)
-        return self._matrix.take(flat, axis=0).tobytes()
-
-    def join(self, rows: np.ndarray, variants: np.ndarray | int = 0) -> memoryview:
-        """The members of `rows`, comma-joined (a view of fresh bytes: callers join it into the
-        reply without another copy)."""
-        return memoryview(self.gather(rows, variants))[1:]
-
-
-class HostPriorityEncoder:
-    """HostPriorityList bytes from pre-encoded entries, one per (node, score 0-10)."""
-
-    LEVELS = MAX_EXTENDER_PRIORITY + 1
-
-    def __init__(self) -> None:
-        self._rows = RowEntries(lambda name, s: b'{"Host":%s,"Score":%d}' % (_go_json(name), s), self.LEVELS)
-
-    def ensure(self, names: list[str]) -> None:
-        """Encode entries for the rows of `names` not encoded yet (rows are append-only)."""
-        self._rows.ensure(names)
-
-    def encode(self, rows: np.ndarray, scores: np.ndarray) -> bytes:
-        """Entries for `rows` (table rows) with `scores` (0-10), in that order."""
-        return b"".join((b"[", self._rows.join(rows, scores), b"]"))
-
-    @property
-    def width(self) -> int:
-        return self._rows.width
-
-    def patch(self, body: bytes, rows: np.ndarray, scores: np.ndarray, at: list[int]) -> bytes:
-        """`body`, an `encode(rows, ...)` at the current width, with the entries at positions
-        `at` rewritten for `scores`: entry i fills bytes [i x width, (i + 1) x width), the first
-        one behind the opening bracket in place of its comma."""
-        w = self._rows.width
-        out = bytearray(body)
-        for i in at:
-            entry = self._rows.entry(int(rows[i]), int(scores[i]))
-            if i:
-                out[i * w : (i + 1) * w] = entry
-            else:
-                out[1:w] = entry[1:]
-        return bytes(out)
-
-
-class FailedNodesEncoder:
-    """FailedNodes members `"<node>":"<reason>"`, pre-encoded per (row, reason) for the fixed
-    reasons of the load-aware and batch checks (reservation verdicts are encoded as they come)."""
-
-    MAX_REASONS = 32
-
-    def __init__(self) -> None:
-        self._by_reason: dict[str, RowEntries] = {}
-
-    def column(self, names: list[str], reason: str) -> RowEntries:
-        """The members failed for `reason`, one per table row of `names`."""
-        col = self._by_reason.get(reason)
-        if col is None:
-            if len(self._by_reason) >= self.MAX_REASONS:
-                self._by_reason.clear()
-            tail = b":" + _go_json(reason)
-            col = self._by_reason[reason] = RowEntries(lambda name, _v: _go_json(name) + tail)
-        col.ensure(names)
-        return col
-
-    def members(self, names: list[str], rows: np.ndarray, reason: str) -> memoryview:
-        """The comma-joined members for `rows` (table rows of `names`) failed for `reason`."""
-        return self.column(names, reason).join(rows)
+    """HostPriorityList: []HostPriority{Host string; Score int64} (scores 0-10)."""
+    return go_json([{"Host": h, "Score": s} for h, s in zip(hosts, scores)])
 
 
 def _meta_victims_json(meta: dict[str, MetaVictims] | None) -> dict[str, Any] | None:
     if meta is None:
         return None
     return {
-        n: {"Pods": [{"UID": u} for u in v.uids], "NumPDBViolations": v.num_pdb_violations} for n, v in meta.items()
+        n: {"Pods": [{"UID": u} for u in v.uids], "NumPDBViolations": v.num_pdb_violations}
+        for n, v in sorted(meta.items())
     }
 
 
 def encode_preemption_result(node_to_meta_victims: dict[str, MetaVictims] | None) -> bytes:
-    return _go_json({"NodeNameToMetaVictims": _meta_victims_json(node_to_meta_victims)})
+    """ExtenderPreemptionResult{NodeNameToMetaVictims map[string]*MetaVictims}."""
+    return go_json({"NodeNameToMetaVictims": _meta_victims_json(node_to_meta_victims)})
 
 
 def encode_binding_result(error: str = "") -> bytes:
-    return _go_json({"Error": error})
+    return go_json({"Error": error})
 
 
 # What kube-scheduler sends: used by tests, the simulated scheduler and the benchmark.
 
 
 def encode_extender_args(pod: dict[str, Any], nodes: dict[str, Any] | None, node_names: list[str] | None) -> bytes:
-    return _go_json({"Pod": pod, "Nodes": nodes, "NodeNames": node_names})
+    return go_json({"Pod": pod, "Nodes": nodes, "NodeNames": node_names})
 
 
 def encode_preemption_args(
@@ -593,97 +369,15 @@ def encode_preemption_args(
 ) -> bytes:
     victims = None
     if node_to_victims is not None:
-        victims = {n: {"Pods": v.pods, "NumPDBViolations": v.num_pdb_violations} for n, v in node_to_victims.items()}
-    return _go_json(
+        victims = {
+            n: {"Pods": v.pods, "NumPDBViolations": v.num_pdb_violations} for n, v in sorted(node_to_victims.items())
+        }
+    return go_json(
         {"Pod": pod, "NodeNameToVictims": victims, "NodeNameToMetaVictims": _meta_victims_json(node_to_meta_victims)}
     )
 
 
 def encode_binding_args(args: ExtenderBindingArgs) -> bytes:
-    return _go_json(
+    return go_json(
         {"PodName": args.pod_name, "PodNamespace": args.pod_namespace, "PodUID": args.pod_uid, "Node": args.node}
     )
-
-
-@dataclass(slots=True)
-class CodedFailures:
-    """Failed candidates as the vectorised checks leave them: positions, table rows, codes."""
-
-    names: list[str]  # the candidate names
-    at: np.ndarray  # positions in the candidate list
-    rows: np.ndarray | None  # their table rows (None when some candidate had no row)
-    codes: np.ndarray
-    reasons: dict[int, str]  # code -> reason
-
-
-class FilterOutcome:
-    """What a filter decided, before it is written in the request's form."""
-
-    __slots__ = ("_failed", "_passed", "coded", "positions", "unresolvable")
-
-    def __init__(
-        self,
-        passed: list[int] | None = None,
-        failed: dict[str, str] | None = None,
-        unresolvable: dict[str, str] | None = None,
-        positions: np.ndarray | None = None,
-        coded: CodedFailures | None = None,
-    ) -> None:
-        self._passed = passed
-        self.positions = positions  # the passed indices as a numpy array, when the filter produced one
-        self._failed = failed if failed is not None else {}  # failures judged one by one
-        self.unresolvable = unresolvable if unresolvable is not None else {}
-        self.coded = coded
-
-    @property
-    def passed(self) -> list[int]:
-        """Indices into the candidate list of the nodes that passed."""
-        if self._passed is None:
-            self._passed = [] if self.positions is None else self.positions.tolist()
-        return self._passed
-
-    @property
-    def extra_failed(self) -> dict[str, str]:
-        return self._failed
-
-    @property
-    def failed(self) -> dict[str, str]:
-        """Every failed node -> reason."""
-        c = self.coded
-        if c is None or not len(c.at):
-            return self._failed
-        out = dict(zip(pick(c.names, c.at.tolist()), map(c.reasons.__getitem__, c.codes.tolist())))
-        out.update(self._failed)
-        return out
-
-
-def pick(seq: list, positions: list[int]) -> list:
-    if not positions:
-        return []
-    if len(positions) == 1:
-        return [seq[positions[0]]]
-    return list(itemgetter(*positions)(seq))
-
-
-def encode_filter_outcome(
-    args: ExtenderArgs, names: list[str], outcome: FilterOutcome, passed_names: list[str] | None = None
-) -> bytes:
-    """Reply in the form(s) the request used: NodeNames for nodeCacheCapable, Nodes otherwise.
-
-    A reply with both null would filter out every node, so the form the scheduler reads is
-    always present. The NodeList keeps the request's list metadata.
-    """
-    passed = outcome.passed
-    node_names = None
-    nodes = None
-    if args.node_names is not None:
-        node_names = pick(names, passed) if passed_names is None else passed_names
-    if args.nodes is not None:
-        items = args.nodes["items"]
-        if args.node_names is None:
-            kept = pick(items, passed)
-        else:
-            keep = set(node_names if node_names is not None else pick(names, passed))
-            kept = [n for n in items if node_name_of(n) in keep]
-        nodes = {**args.nodes, "items": kept}
-    return encode_filter_result(nodes, node_names, outcome.failed or None, outcome.unresolvable or None)
