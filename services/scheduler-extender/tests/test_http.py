@@ -192,3 +192,37 @@ async def test_many_nodes_one_request(extender):
     r = await post(extender, "filter", wire.encode_extender_args(POD, None, names))
     res = wire.decode_filter_result(r.content)
     assert res.node_names == ["n-idle"] and len(res.failed_nodes) == 3000
+
+
+async def test_every_reply_is_what_go_writes_for_the_same_values(extender, go_marshal):
+    """Each reply path, as served, equals Go's json.Marshal of the values it carries: no stray
+    whitespace, struct fields in order, map keys sorted, HTML-safe escaping."""
+    odd = "n<&>\u2028"  # a name that needs Go's escaping; unknown to the extender, so it fails
+    both = {"metadata": {"resourceVersion": "7"}, "items": [node_obj(n) for n in NAMES]}
+    meta = {"n-busy": wire.MetaVictims(["victim-uid"], 0), "n-stale": wire.MetaVictims(["whoever"], 1)}
+    calls = [
+        ("filter", "ExtenderFilterResult", wire.encode_extender_args(POD, None, NAMES + [odd])),
+        ("filter", "ExtenderFilterResult", wire.encode_extender_args(POD, both, None)),
+        ("filter", "ExtenderFilterResult", wire.encode_extender_args(POD, both, NAMES)),
+        ("filter", "ExtenderFilterResult", wire.encode_extender_args(POD, None, ["n-idle"])),  # every node passes
+        ("filter", "ExtenderFilterResult", wire.encode_extender_args(POD, None, ["n-busy", "ghost"])),  # none does
+        ("filter", "ExtenderFilterResult", wire.encode_extender_args(POD, None, [])),
+        ("prioritize", "HostPriorityList", wire.encode_extender_args(POD, None, ["n-idle", "n-nometric", "n-stale", odd])),
+        ("prioritize", "HostPriorityList", wire.encode_extender_args(POD, both, None)),
+        ("prioritize", "HostPriorityList", wire.encode_extender_args(POD, None, [])),
+        ("preempt", "ExtenderPreemptionResult", wire.encode_preemption_args(POD, None, meta)),
+        ("preempt", "ExtenderPreemptionResult", wire.encode_preemption_args(POD, None, {})),
+        ("preempt", "ExtenderBindingResult", b"{not json"),  # a 400's body: {"Error": ...}
+    ]
+    replies = [(kind, (await post(extender, verb, body)).content) for verb, kind, body in calls]
+    assert go_marshal(replies) == [body for _, body in replies]
+    # the internal-failure replies, written by the same encoders
+    from scheduler_extender.api import _filter_error, _preempt_error, _prioritize_error
+
+    failures = [
+        ("ExtenderFilterResult", _filter_error(None, "scheduler-extender filter failed: <boom> & more")),
+        ("HostPriorityList", _prioritize_error(None, "")),
+        ("ExtenderPreemptionResult", _preempt_error(wire.ExtenderPreemptionArgs({}, None, meta), "")),
+        ("ExtenderPreemptionResult", _preempt_error(None, "")),
+    ]
+    assert go_marshal(failures) == [body for _, body in failures]

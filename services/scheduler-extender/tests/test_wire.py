@@ -1,8 +1,7 @@
-"""The extender JSON against the exact encodings of kube-scheduler's TestCompatibility."""
+"""The extender JSON against Go: kube-scheduler's TestCompatibility encodings, and every reply
+path held to Go's own json.Marshal of the same values (a Go program in gojson/ decodes each
+reply into the k8s.io/kube-scheduler/extender/v1 types and encodes it again)."""
 
-import re
-
-import numpy as np
 import orjson
 import pytest
 from koordcommon.paths import fixtures_dir
@@ -127,79 +126,17 @@ def test_bad_args_raise_wire_error(body, message):
         wire.decode_extender_args(body)
 
 
-def test_filter_reply_uses_the_request_form():
-    node = {"metadata": {"name": "n1"}, "spec": {}}
-    other = {"metadata": {"name": "n2"}}
-    by_nodes = wire.ExtenderArgs({}, {"metadata": {"resourceVersion": "7"}, "items": [node, other]}, None)
-    out = wire.FilterOutcome(passed=[0], failed={"n2": "why"})
-    assert orjson.loads(wire.encode_filter_outcome(by_nodes, ["n1", "n2"], out)) == {
-        "Nodes": {"metadata": {"resourceVersion": "7"}, "items": [node]},
-        "NodeNames": None,
-        "FailedNodes": {"n2": "why"},
-        "FailedAndUnresolvableNodes": None,
-        "Error": "",
-    }
-    by_names = wire.ExtenderArgs({}, None, ["n1", "n2"])
-    assert orjson.loads(wire.encode_filter_outcome(by_names, ["n1", "n2"], out))["NodeNames"] == ["n1"]
-    # An empty pass list is still a list: null would mean "every node filtered" only by accident.
-    none = wire.encode_filter_outcome(by_names, ["n1", "n2"], wire.FilterOutcome(passed=[]))
-    assert orjson.loads(none)["NodeNames"] == []
+def test_empty_pass_list_is_still_a_list():
+    """null NodeNames would read as "every node filtered" only by accident: an empty list says it."""
+    assert orjson.loads(wire.encode_filter_result(None, [], {"n": "why"}))["NodeNames"] == []
 
 
-def _unpadded(out: bytes) -> bytes:
-    """The reply without the whitespace that follows pre-encoded members (test names have no spaces)."""
-    return re.sub(rb" +(?=[,\]}])", b"", out)
+# --------------------------------------------------------------------------- Go's encoding of every reply
 
-
-def test_pre_encoded_host_priorities_equal_plain_encoding():
-    names = ["node-a", "weird<&>", "ünïcode", 'q"uote']
-    enc = wire.HostPriorityEncoder()
-    enc.ensure(names)
-    rows, scores = [3, 0, 1, 2, 0], [0, 10, 7, 3, 5]
-    expected = wire.encode_host_priority_list([names[r] for r in rows], scores)
-    out = enc.encode(rows, scores)
-    assert orjson.loads(out) == orjson.loads(expected)
-    assert _unpadded(out) == expected
-    assert _unpadded(enc.encode([1], [4])) == b'[{"Host":"weird\\u003c\\u0026\\u003e","Score":4}]'
-    assert enc.encode([], []) == b"[]"
-    # rows added later get their entries; a longer name widens every entry
-    enc.ensure([*names, "late", "a-much-longer-node-name.example.internal"])
-    assert _unpadded(enc.encode([4], [9])) == b'[{"Host":"late","Score":9}]'
-    assert orjson.loads(enc.encode([5, 3, 0], [1, 2, 3])) == [
-        {"Host": "a-much-longer-node-name.example.internal", "Score": 1},
-        {"Host": 'q"uote', "Score": 2},
-        {"Host": "node-a", "Score": 3},
-    ]
-
-
-def test_failed_nodes_members_by_reason():
-    names = ["n0", "n1", "n2<x>"]
-    enc = wire.FailedNodesEncoder()
-    body = b"{" + enc.members(names, np.array([2, 0]), "node(s) cpu usage exceed threshold") + b"}"
-    assert orjson.loads(body) == {"n2<x>": "node(s) cpu usage exceed threshold", "n0": "node(s) cpu usage exceed threshold"}
-    assert b"n2\\u003cx\\u003e" in body  # Go's HTML-safe escaping
-    assert enc.members(names, np.array([], dtype=np.intp), "why") == b""
-
-
-@pytest.mark.parametrize(
-    "failed_at, codes, extra, unresolvable",
-    [
-        ([], [], {}, {}),
-        ([1], [2], {}, {}),
-        ([0, 2, 3], [2, 3, 2], {}, {}),
-        ([], [], {"n1": "reservation full"}, {}),
-        ([0, 3], [3, 3], {"n1": "reservation full"}, {"n2": "no affinity match"}),
-    ],
-)
-def test_names_reply_is_the_plain_filter_result(failed_at, codes, extra, unresolvable):
-    """The hot-path NodeNames reply decodes to what encode_filter_result writes."""
-    names = ["n0", "n1", "n2", "n3<&>"]
-    reasons = {2: "node(s) cpu usage exceed threshold", 3: "node(s) memory usage exceed threshold"}
-    at = np.array(failed_at, dtype=np.intp)
-    coded = wire.CodedFailures(names, at, at, np.array(codes, dtype=np.int8), reasons)
-    outcome = wire.FilterOutcome(failed=dict(extra), unresolvable=dict(unresolvable), coded=coded)
-    passed = [n for i, n in enumerate(names) if i not in failed_at and n not in extra and n not in unresolvable]
-    body = wire.encode_filter_names_reply(wire.encode_names(passed), outcome, wire.FailedNodesEncoder(), names)
-    expected = wire.encode_filter_result(None, passed, outcome.failed or None, unresolvable or None)
-    assert orjson.loads(body) == orjson.loads(expected)
-    assert len(orjson.loads(body)["FailedNodes"] or {}) == len(failed_at) + len(extra)
+def test_go_reencodes_the_compat_fixture_byte_for_byte(go_marshal):
+    """The Go program itself: for Go's own encodings it must give them back unchanged."""
+    kinds = ["ExtenderFilterResult", "ExtenderPreemptionResult", "ExtenderBindingResult", "ExtenderArgs",
+             "ExtenderPreemptionArgs", "ExtenderBindingArgs"]
+    assert go_marshal([(k, _text(k)) for k in kinds]) == [_text(k) for k in kinds]
+    hp = b"[" + _text("HostPriority") + b"]"
+    assert go_marshal([("HostPriorityList", hp)]) == [hp]
