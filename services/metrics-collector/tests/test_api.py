@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 from koordcommon.resources import Resources
 from koordcommon.schemas import Event, NodeResource
-from metrics_collector.api import make_router
+from metrics_collector.api import mount
 from metrics_collector.core.rows import build_rows
 from metrics_collector.settings import Settings
 from metrics_collector.store import Store
@@ -35,7 +35,7 @@ async def api(database_url, sample_factory):
                 ts=T0 + (j // 2) * 1000, source="node-agent/x", seq=j) for j in range(25)),
     ]))  # fmt: skip
     app = FastAPI()
-    app.include_router(make_router(store, Settings(api_max_page=50)))
+    mount(app, store, Settings(api_max_page=50))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         client.samples = samples
         yield client

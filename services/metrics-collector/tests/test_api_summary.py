@@ -7,8 +7,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeResource
-from metrics_collector.api_summary import STALE_MS, Report, bucket_sums, make_summary_router
+from metrics_collector.api import mount
+from metrics_collector.api_summary import STALE_MS, Report, bucket_sums
 from metrics_collector.core.rows import build_rows
+from metrics_collector.settings import Settings
 from metrics_collector.store import Store
 
 MIN = 60_000
@@ -66,7 +68,7 @@ def client(database_url, tmp_path):
     ]  # fmt: skip
     store.write(build_rows(msgs))
     app = FastAPI()
-    app.include_router(make_summary_router(store))
+    mount(app, store, Settings())
     yield TestClient(app)
     store.close()
 

@@ -11,7 +11,7 @@ from koordcommon.storage import run_migrations
 from koordcommon.wiring import start_bus
 from sqlalchemy.exc import SQLAlchemyError
 
-from .api import make_router
+from . import api
 from .bus import Ingest, start_consumers
 from .core import retention
 from .dashboard import mount_dashboard
@@ -59,8 +59,8 @@ async def retention_loop(svc: Service, store: Store, settings: Settings) -> None
 def build(settings: Settings) -> tuple[Service, Store]:
     svc = Service(SERVICE, settings)
     store = Store.open(settings.database_url, svc.data_dir, migrate=False)
-    svc.app.include_router(make_router(store, settings))
-    mount_dashboard(svc.app, settings, store)
+    api.mount(svc.app, store, settings)
+    mount_dashboard(svc.app, settings)
     return svc, store
 
 

@@ -41,12 +41,8 @@ def refresh_seconds(settings: Any) -> float:
     return min(max(value, 2.0), 3600.0)  # a refresh faster than 2 s only loads the database
 
 
-def mount_dashboard(app: FastAPI, settings: Any, store: Any = None) -> None:
-    """Serve the page, its assets and config; with `store`, also /api/v1/cluster/resources."""
-    if store is not None:
-        from ..api_summary import make_summary_router
-
-        app.include_router(make_summary_router(store))
+def mount_dashboard(app: FastAPI, settings: Any) -> None:
+    """Serve the page, its assets and config (the data comes from the API, `api.mount`)."""
     upstream = recommender_url(settings)
     refresh = refresh_seconds(settings)
 
