@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from koordcommon import subjects
-from koordcommon.service import Service, load_settings, tune_gc, tune_malloc
+from koordcommon.service import Service, cancel_and_wait, load_settings, run_until_stopped, tune_gc, tune_malloc
 from koordcommon.wiring import start_bus, start_cluster
 
 from . import api, feeds
@@ -32,14 +32,14 @@ async def run(svc: Service, state: ClusterState) -> None:
     cluster = await start_cluster(svc, bus)
     # The simulated cluster runs on its own clock; NodeMetric times follow it.
     state.clock = getattr(cluster, "now_ms", None) or wall_ms
-    tasks = [
+    work = [
         asyncio.create_task(feeds.follow_cluster(cluster, state, status), name="cluster-feed"),
         asyncio.create_task(feeds.follow_metrics(bus, state, status), name="nodemetric-feed"),
         asyncio.create_task(feeds.follow_node_resources(bus, state, status), name="noderesource-feed"),
         asyncio.create_task(feeds.prune_periodically(state), name="prune"),
     ]
     if settings.use_profiles:
-        tasks.append(
+        work.append(
             asyncio.create_task(
                 feeds.follow_profiles(bus, state, status, settings.profile_percentile, settings.profile_window_seconds),
                 name="profile-feed",
@@ -47,17 +47,11 @@ async def run(svc: Service, state: ClusterState) -> None:
         )
     gc_tuning = asyncio.create_task(_tune_gc_when_listed(status), name="gc-tuning")
     svc.mark_started()
-    stop = asyncio.create_task(svc.stopping.wait())
     try:
-        done, _ = await asyncio.wait({*tasks, stop}, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            if t is not stop:
-                # The feeds run for the life of the process: one that ends leaves the state stale.
-                raise t.exception() or RuntimeError(f"{t.get_name()} ended")
+        # The feeds run for the life of the process: one that ends leaves the state stale.
+        await run_until_stopped(svc.stopping, *work)
     finally:
-        for t in [*tasks, stop, gc_tuning]:
-            t.cancel()
-        await asyncio.gather(*tasks, stop, gc_tuning, return_exceptions=True)
+        await cancel_and_wait([gc_tuning])
 
 
 async def _tune_gc_when_listed(status: feeds.FeedStatus) -> None:
