@@ -26,8 +26,8 @@ from pathlib import Path
 # would shadow the node_agent package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from koordcommon.cluster.sim import SimCluster, SimSpec
 from koordcommon.records import ContainerSpec, PodRecord
+from koordsim.cluster import SimCluster, SimSpec
 from node_agent.collect.cgroups import CgroupLayout, CgroupReader
 from node_agent.collect.node import RealCollector
 from node_agent.collect.procfs import ProcReader

@@ -54,3 +54,17 @@ def test_mounted_config_exists():
             src = vol.split(":", 1)[0]
             if src.startswith("./"):
                 assert (ROOT / src).exists(), f"{src} is mounted but missing"
+
+
+def _opens_the_cluster(package_dir: Path) -> bool:
+    """A service whose code opens the cluster port runs the default backend, the simulated one."""
+    return any("start_cluster(" in p.read_text() or 'open_cluster("sim"' in p.read_text()
+               for p in (package_dir / "src").rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(
+    [f"services/{n}" for n in SERVICES] + ["libs/koordctl"]))
+def test_images_install_the_simulator_where_the_default_backend_needs_it(package):
+    text = (ROOT / package / "Dockerfile").read_text()
+    needs = package == "libs/koordctl" or _opens_the_cluster(ROOT / package)
+    assert ("libs/koordsim" in text) == needs, f"{package}: koordsim {'missing' if needs else 'not needed'}"

@@ -3,9 +3,9 @@ NodeMetrics a node agent would report for them."""
 
 from __future__ import annotations
 
-from koordcommon.cluster.sim import SimCluster
 from koordcommon.records import ContainerSpec, OwnerRef, PodRecord
 from koordcommon.schemas import NodeMetric, PodMetric
+from koordsim.cluster import SimCluster
 
 GI = 1 << 30
 BATCH_NS = "batch"

@@ -10,7 +10,7 @@ from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, Migration
 from descheduler.loop import Descheduler
 from descheduler.main import load_args
 from fastapi import FastAPI
-from koordcommon.cluster.sim import SimCluster, SimSpec
+from koordsim.cluster import SimCluster, SimSpec
 
 HOT = "sim-node-000"
 

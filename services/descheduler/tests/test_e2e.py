@@ -28,10 +28,10 @@ import pytest
 import yaml
 from desched_scenario import BATCH_NS, batch_pod, cpu_percent, node_metric
 from koordcommon import subjects
-from koordcommon.cluster.sim import PDB_KIND, SimCluster, SimSpec
-from koordcommon.cluster.simsched import ExtenderScheduler
 from koordcommon.schemas import Event
 from koordcommon.testing.net import free_port, wait_http_ready
+from koordsim.cluster import PDB_KIND, SimCluster, SimSpec
+from koordsim.scheduler import ExtenderScheduler
 
 pytestmark = pytest.mark.e2e
 

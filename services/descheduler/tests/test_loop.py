@@ -8,8 +8,8 @@ from desched_scenario import BATCH_NS, all_metrics, batch_pod, cpu_percent
 from descheduler.core import migration as mig
 from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, MigrationOptions, NodePool
 from descheduler.loop import Descheduler
-from descheduler.reservation import KIND, ReservationScheduler
-from koordcommon.cluster.sim import PDB_KIND, SimCluster, SimSpec
+from descheduler.reservation import KIND
+from koordsim.cluster import PDB_KIND, SimCluster, SimSpec
 
 HOT = "sim-node-000"
 RS = "crunch-7d9f6b8c5d"
@@ -24,9 +24,10 @@ class Clock:
         return self.t
 
 
-async def hot_cluster(replicas: int = 4) -> SimCluster:
-    # speed 0 from a fixed start: simulated time stands still, usage is exactly reproducible
-    c = SimCluster(SimSpec(nodes=4, seed=3, speed=0, start_ms=START_MS))
+async def hot_cluster(replicas: int = 4, schedule_reservations: bool = True) -> SimCluster:
+    # speed 0 from a fixed start: simulated time stands still, usage is exactly reproducible;
+    # the simulated cluster places Reservations (in-tree filter only) unless told not to
+    c = SimCluster(SimSpec(nodes=4, seed=3, speed=0, start_ms=START_MS), schedule_reservations=schedule_reservations)
     await c.start()
     for i in range(replicas):
         await c.create_pod(batch_pod(RS, i, HOT))
@@ -50,7 +51,7 @@ def batch_pods(c: SimCluster):
 async def test_reservation_first_reserves_evicts_and_the_replacement_consumes_it():
     c = await hot_cluster()
     clock = Clock()
-    d = Descheduler(args(), c, None, reservation_scheduler=ReservationScheduler(c), clock=clock)
+    d = Descheduler(args(), c, None, clock=clock)
     d.metrics = all_metrics(c)
     report = await d.run_round()
     # 100 % -> under 75 % takes two 6x-hot batch pods; maxMigratingPerNode 2 allows exactly that
@@ -89,9 +90,9 @@ async def test_reservation_first_reserves_evicts_and_the_replacement_consumes_it
 
 
 async def test_reservation_not_available_in_time_rolls_back_without_evicting():
-    c = await hot_cluster()
+    c = await hot_cluster(schedule_reservations=False)  # nobody places reservations
     clock = Clock()
-    d = Descheduler(args(), c, None, reservation_scheduler=None, clock=clock)  # nobody places reservations
+    d = Descheduler(args(), c, None, clock=clock)
     d.metrics = all_metrics(c)
     report = await d.run_round()
     assert set(report.outcomes.values()) == {mig.RESERVING}
@@ -119,7 +120,7 @@ async def test_unschedulable_reservation_rolls_back():
     # the plan goes stale: its target nodes are cordoned before the reservations are placed
     for n in {m.target for m in plan.migrations}:
         await c.update_node(n, unschedulable=True)
-    d = Descheduler(args(), c, None, reservation_scheduler=ReservationScheduler(c), clock=Clock())
+    d = Descheduler(args(), c, None, clock=Clock())
     pods = await c.list_pods()
     by_key = {p.key: p for p in pods}
     outcomes = [await d._start(m, by_key[m.pod.key], pods) for m in plan.migrations]
@@ -134,7 +135,7 @@ async def test_pdb_refusal_is_respected_replanned_and_retried_after_the_server_s
     await c.apply_custom(PDB_KIND, {"metadata": {"name": "crunch", "namespace": BATCH_NS},
                                     "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "crunch"}}}})
     clock = Clock()
-    d = Descheduler(args(), c, None, reservation_scheduler=ReservationScheduler(c), clock=clock)
+    d = Descheduler(args(), c, None, clock=clock)
     d.metrics = all_metrics(c)
     report = await d.run_round()
     # two planned; the Eviction API's dry run says the PDB refuses, so no reservation is made; the
@@ -171,7 +172,7 @@ async def test_evict_directly_waits_for_the_replacement_and_counts_it_in_flight(
 
 async def test_dry_run_plans_without_touching_the_cluster():
     c = await hot_cluster()
-    d = Descheduler(args(), c, None, dry_run=True, reservation_scheduler=ReservationScheduler(c))
+    d = Descheduler(args(), c, None, dry_run=True)
     d.metrics = all_metrics(c)
     report = await d.run_round()
     assert len(report.plan.migrations) == 2 and set(report.outcomes.values()) == {"dry-run"}
@@ -193,8 +194,8 @@ def test_token_bucket(qps, burst, times, waits):
 
 
 async def test_reservations_left_by_an_earlier_run_are_cleaned_up():
-    c = await hot_cluster()
-    first = Descheduler(args(), c, None, reservation_scheduler=None, clock=Clock())  # nobody places them
+    c = await hot_cluster(schedule_reservations=False)  # nobody places them
+    first = Descheduler(args(), c, None, clock=Clock())
     first.metrics = all_metrics(c)
     await first.run_round()
     await c.apply_custom(KIND, {"metadata": {"name": "someone-elses"}, "spec": {}, "status": {"phase": "Available"}})

@@ -4,9 +4,9 @@ BE pods suppressed and then evicted, and the events on the bus."""
 import asyncio
 
 from koordcommon import subjects
-from koordcommon.cluster.sim import SimCluster, SimSpec
 from koordcommon.records import ContainerSpec, PodRecord
 from koordcommon.schemas import Event, NodeSLO, NodeSLOSpec
+from koordsim.cluster import SimCluster, SimSpec
 from node_agent.bus import STREAMS, publisher
 from node_agent.qos.manager import attach_qos
 from node_agent.qos.strategies.cpuset import parse_cpuset

@@ -2,8 +2,8 @@ import asyncio
 
 import pytest
 from koordcommon import subjects
-from koordcommon.cluster.sim import SimCluster, SimSpec
 from koordcommon.schemas import NodeMetric, NodeMetricSample
+from koordsim.cluster import SimCluster, SimSpec
 from node_agent.bus import STREAMS, publisher
 from node_agent.settings import AgentSettings
 from node_agent.sim_mode import SimAgent, select_nodes

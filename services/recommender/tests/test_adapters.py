@@ -1,10 +1,10 @@
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from koordcommon.cluster.sim import SimCluster
-from koordcommon.cluster.sim_spec import SimSpec
 from koordcommon.resources import Resources
 from koordcommon.schemas import ContainerUsage, NodeMetricSample, Owner, PodUsage
+from koordsim.cluster import SimCluster
+from koordsim.spec import SimSpec
 from recommender import cluster as clusterio
 from recommender.api import router
 from recommender.bus import apply_sample, subject_of, to_message

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from koordcommon import traces
+from koordsim import traces
 from recommender.core.estimator import EstimatorConfig
 from recommender.evaluate import Series, main, replay
 

@@ -12,9 +12,9 @@ import urllib.request
 
 import pytest
 from koordcommon import subjects
-from koordcommon.cluster.sim import SimCluster
-from koordcommon.cluster.sim_spec import SimSpec
 from koordcommon.testing.net import free_port
+from koordsim.cluster import SimCluster
+from koordsim.spec import SimSpec
 
 pytestmark = pytest.mark.e2e
 

@@ -13,11 +13,11 @@ import statistics
 
 import pytest
 import uvicorn
-from koordcommon.cluster.sim import SimCluster
-from koordcommon.cluster.sim_spec import SimSpec
-from koordcommon.cluster.simsched import ExtenderScheduler
 from koordcommon.records import ContainerSpec, OwnerRef, PodRecord
 from koordcommon.schemas import NodeMetric, PodMetric
+from koordsim.cluster import SimCluster
+from koordsim.scheduler import ExtenderScheduler
+from koordsim.spec import SimSpec
 from scheduler_extender import api, feeds
 from scheduler_extender.core.estimator import estimate_pod
 from scheduler_extender.core.state import ClusterState

@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 from koordcommon import subjects
-from koordcommon.cluster.sim import SimCluster
-from koordcommon.cluster.sim_spec import SimSpec
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetric
 from koordcommon.testing.net import free_port
+from koordsim.cluster import SimCluster
+from koordsim.spec import SimSpec
 from scheduler_extender.core import wire
 
 pytestmark = pytest.mark.e2e

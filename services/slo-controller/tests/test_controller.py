@@ -7,9 +7,9 @@ import asyncio
 import json
 
 import pytest
-from koordcommon.cluster.sim import SimCluster, SimSpec
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetric, PodMetric
+from koordsim.cluster import SimCluster, SimSpec
 from slo_controller.controller import SLOController
 from slo_controller.profiles import PROFILE_KIND, ProfileStore
 

@@ -16,8 +16,8 @@ import time
 
 import pytest
 from koordcommon import subjects
-from koordcommon.cluster.sim import SimCluster, SimSpec
 from koordcommon.testing.net import free_port
+from koordsim.cluster import SimCluster, SimSpec
 
 pytestmark = pytest.mark.e2e
 

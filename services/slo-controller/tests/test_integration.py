@@ -14,9 +14,9 @@ import time
 
 import pytest
 from koordcommon import subjects
-from koordcommon.cluster.sim import SimCluster, SimSpec
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetric, NodeResource, NodeSLO, PodMetric, decode
+from koordsim.cluster import SimCluster, SimSpec
 from slo_controller.controller import SLOController
 
 GI = 1 << 30

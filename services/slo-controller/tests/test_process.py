@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 from koordcommon import subjects
-from koordcommon.cluster.sim import SimCluster, SimSpec
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetric, PodMetric
 from koordcommon.testing.net import free_port
+from koordsim.cluster import SimCluster, SimSpec
 
 GI = 1 << 30
 NODE = "sim-node-000"

@@ -298,7 +298,7 @@ async def test_tls_with_generated_certificates(tmp_path, store):
 
 async def test_namespace_labels_come_from_the_cluster():
     """With the kubernetes or sim backend the namespace selector reads the cluster's namespaces."""
-    from koordcommon.cluster.sim import SimCluster, SimSpec
+    from koordsim.cluster import SimCluster, SimSpec
 
     docs = [d for d in load_documents(EXAMPLES / "spark-colocation-profile.yaml") if d.get("kind") != "Namespace"]
     s = ProfileStore()

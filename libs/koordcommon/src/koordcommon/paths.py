@@ -34,16 +34,6 @@ def shared_dir() -> Path | None:
     return None
 
 
-def traces_dir() -> Path | None:
-    env = os.environ.get("KOORD_TRACES_DIR")
-    if env:
-        return Path(env)
-    shared = shared_dir()
-    if shared is not None and (shared / "traces").is_dir():
-        return shared / "traces"
-    return None
-
-
 def fixtures_dir() -> Path | None:
     shared = shared_dir()
     if shared is not None and (shared / "fixtures" / "k8s").is_dir():

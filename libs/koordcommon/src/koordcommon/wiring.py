@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .bus import Bus
-from .cluster.port import ClusterPort, open_cluster
+from .cluster.backends import open_cluster
+from .cluster.port import ClusterPort
 from .service import Service
 
 

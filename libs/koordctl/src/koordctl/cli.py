@@ -339,7 +339,7 @@ def _load_profile_file(path: Path) -> list[dict]:
 
 async def _cluster_profiles(backend: str, nats_url: str, namespace: str) -> list[dict]:
     from koordcommon.bus import Bus
-    from koordcommon.cluster.port import open_cluster
+    from koordcommon.cluster import open_cluster
 
     bus = None
     options: dict[str, Any] = {}

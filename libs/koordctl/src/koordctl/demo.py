@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 from koordcommon import subjects
 from koordcommon.bus import Bus
-from koordcommon.cluster.sim import SimCluster, SimSpec
-from koordcommon.cluster.simsched import ExtenderScheduler
 from koordcommon.model import PriorityClass, is_hp
 from koordcommon.records import ContainerSpec, PodRecord
 from koordcommon.resources import Resources, batch_cpu, batch_memory
 from koordcommon.schemas import NodeMetric
+from koordsim.cluster import SimCluster, SimSpec
+from koordsim.scheduler import ExtenderScheduler
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table

@@ -12,8 +12,8 @@ import contextlib
 import logging
 from collections import Counter
 
-from koordcommon.cluster.sim import SimCluster
-from koordcommon.cluster.simsched import ExtenderScheduler, ScheduleResult
+from koordsim.cluster import SimCluster
+from koordsim.scheduler import ExtenderScheduler, ScheduleResult
 
 log = logging.getLogger("koordctl.driver")
 

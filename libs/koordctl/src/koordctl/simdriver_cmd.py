@@ -8,7 +8,7 @@ import signal
 import sys
 
 from koordcommon.bus import Bus
-from koordcommon.cluster.sim import SimCluster, SimSpec
+from koordsim.cluster import SimCluster, SimSpec
 
 from .driver import SimDriver
 

@@ -61,14 +61,12 @@ class Descheduler:
         cluster: ClusterPort,
         bus: Bus | None,
         dry_run: bool | None = None,
-        reservation_scheduler: rsv.ReservationScheduler | None = None,
         clock=None,
     ):
         self.args = args
         self.cluster = cluster
         self.bus = bus
         self.dry_run = args.dryRun if dry_run is None else dry_run
-        self.reservation_scheduler = reservation_scheduler
         # Job deadlines and retries are compared with cluster objects (reservation ttl, PDB
         # retry-after), so they follow the cluster's clock: the simulated one runs at its own speed.
         self.clock = clock or self._cluster_seconds
@@ -308,23 +306,16 @@ class Descheduler:
             m = job.migration
             target = self._target(m)
             if action == mig.SCHEDULE_RESERVATION:
-                if self.reservation_scheduler is None or obj is None or pod is None or obs.reservation_phase != "Pending":
-                    return  # koord-scheduler places it; look again later
-                obj = await self.reservation_scheduler.schedule(obj, pod, self._now_ms())
-                phase, node = rsv.phase_and_node(obj)
-                if phase == "Available":
-                    RESERVATIONS.labels("available").inc()
-                    await self._event(m.source, "reservation-available", f"reserved on {node}",
-                                      {**target, "reservation": job.reservation, "reservation_node": node})
-                else:
-                    RESERVATIONS.labels("unschedulable").inc()
-                continue
+                return  # the scheduler places it (koord-scheduler, or the simulated cluster); look again later
             if action == mig.ROLLBACK:
                 await self._rollback(job, decision.reason)
                 return
             if action == mig.EVICT:
-                if job.reservation:
+                if job.reservation and job.phase == mig.RESERVING:
                     job.reservation_node = obs.reservation_node
+                    RESERVATIONS.labels("available").inc()
+                    await self._event(m.source, "reservation-available", f"reserved on {job.reservation_node}",
+                                      {**target, "reservation": job.reservation, "reservation_node": job.reservation_node})
                 job.phase = mig.EVICTING
                 await self._evict(job, pod, pods)
                 continue

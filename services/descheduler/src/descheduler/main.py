@@ -15,7 +15,6 @@ from pydantic import Field
 from .api import router
 from .core.config import LowNodeLoadArgs
 from .loop import Descheduler
-from .reservation import ReservationScheduler
 
 
 class Settings(ServiceSettings):
@@ -24,14 +23,23 @@ class Settings(ServiceSettings):
     interval_s: float = Field(60.0, gt=0, description="seconds between rounds")
     dry_run: bool = False
     args_file: str = Field("", description="YAML/JSON file with LowNodeLoadArgs (Koordinator field names)")
-    extender_url: str = Field("", description="scheduler extender (urlPrefix) used to place reservations")
-    extender_weight: int = Field(1, ge=1, description="the extender's weight in reservation placement")
-    schedule_reservations: bool | None = Field(
-        None,
-        description="place ReservationFirst reservations here (stand-in for koord-scheduler); "
-        "default: on with the sim backend, off with kubernetes",
+    extender_url: str = Field("", description="sim backend: the scheduler extender (urlPrefix) reservations go through")
+    extender_weight: int = Field(1, ge=1, description="sim backend: the extender's weight in reservation placement")
+    schedule_reservations: bool = Field(
+        True,
+        description="sim backend: the simulated cluster places ReservationFirst reservations (it has no "
+        "koord-scheduler); ignored with kubernetes, where koord-scheduler places them",
     )
     job_poll_s: float = Field(1.0, gt=0, description="seconds between steps of migrations in flight")
+
+
+def cluster_options(settings: Settings) -> dict:
+    """The backend's options: the simulated cluster stands in for koord-scheduler and places the
+    Reservations this descheduler creates, through the extender as kube-scheduler sends pods."""
+    if settings.cluster_backend != "sim" or not settings.schedule_reservations:
+        return {}
+    return {"schedule_reservations": True, "extender_url": settings.extender_url,
+            "extender_weight": settings.extender_weight}
 
 
 def load_args(path: str) -> LowNodeLoadArgs:
@@ -45,12 +53,8 @@ async def run(svc: Service) -> None:
     args = load_args(settings.args_file)
     bus = await start_bus(svc)
     await bus.ensure_streams(subjects.NODEMETRIC_STREAM, subjects.EVENTS_STREAM)
-    cluster = await start_cluster(svc, bus)
-    self_schedule = settings.schedule_reservations
-    if self_schedule is None:
-        self_schedule = settings.cluster_backend == "sim"
-    scheduler = ReservationScheduler(cluster, settings.extender_url, settings.extender_weight) if self_schedule else None
-    desched = Descheduler(args, cluster, bus, dry_run=settings.dry_run or args.dryRun, reservation_scheduler=scheduler)
+    cluster = await start_cluster(svc, bus, **cluster_options(settings))
+    desched = Descheduler(args, cluster, bus, dry_run=settings.dry_run or args.dryRun)
     svc.app.state.descheduler = desched
     if not desched.dry_run:
         await desched.clean_orphans()

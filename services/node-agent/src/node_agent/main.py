@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from koordcommon.bus import Bus
-from koordcommon.cluster.port import open_cluster
+from koordcommon.cluster import open_cluster
 from koordcommon.service import Service, load_settings
 
 from .bus import STREAMS, publisher

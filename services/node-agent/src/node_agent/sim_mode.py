@@ -15,9 +15,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from koordcommon.cluster.sim_usage import container_shares
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.schemas import Message
+from koordsim.usage import container_shares
 from prometheus_client import Counter, Gauge, Histogram
 
 from .core.messages import HistoryConfig

@@ -144,7 +144,7 @@ def replay(series: Series, warmup_s: float, update_s: float, cfg: EstimatorConfi
 
 
 def bitbrains_series(vm_id: int) -> Series | None:
-    from koordcommon import traces
+    from koordsim import traces
 
     vm = traces.bitbrains_vm(vm_id)
     if vm.cores <= 0 or vm.memory_bytes_provisioned <= 0 or len(vm) < 2:
@@ -161,7 +161,7 @@ def bitbrains_series(vm_id: int) -> Series | None:
 
 
 def genai_series(limit_bytes: float, pods: int | None = None) -> list[Series]:
-    from koordcommon import traces
+    from koordsim import traces
 
     out = []
     for name, s in sorted(traces.genai_pod_memory_util().items())[: pods or None]:
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="recommender-eval", help="directory for the CSV files and the plot")
     args = ap.parse_args(argv)
 
-    from koordcommon import traces
+    from koordsim import traces
 
     if not traces.bitbrains_available():
         print("the traces directory was not found (set KOORD_SHARED_DIR or KOORD_TRACES_DIR)", file=sys.stderr)

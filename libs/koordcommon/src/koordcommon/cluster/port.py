@@ -1,7 +1,8 @@
 """One interface every service uses to read and change the cluster.
 
-Backends: `sim` (an in-process cluster driven by traces; every process holds a replica
-kept in step through the bus) and `kubernetes` (the official client). Methods are async;
+Backends are found by name (`backends.open_cluster`): `kubernetes` (the official client,
+here in koordcommon) and `sim` (an in-process cluster driven by traces, in the koordsim
+package; every process holds a replica kept in step through the bus). Methods are async;
 the kubernetes backend runs the blocking client in a thread.
 """
 
@@ -96,15 +97,3 @@ class ClusterPort(Protocol):
         """A Kubernetes Event about `involved` ({kind, name, namespace?, uid?})."""
         ...
 
-
-def open_cluster(backend: str, **options: Any) -> ClusterPort:
-    """`sim` or `kubernetes`; options are passed to the backend's constructor."""
-    if backend == "sim":
-        from .sim import SimCluster
-
-        return SimCluster(**options)
-    if backend in ("kubernetes", "k8s"):
-        from .kube import KubeCluster
-
-        return KubeCluster(**options)
-    raise ValueError(f"unknown cluster backend {backend!r} (expected 'sim' or 'kubernetes')")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..records import ContainerSpec, NodeRecord, OwnerRef, PodRecord, Taint
+from koordcommon.records import ContainerSpec, NodeRecord, OwnerRef, PodRecord, Taint
 
 _POD_FIELDS = {f.name for f in dataclasses.fields(PodRecord)}
 _NODE_FIELDS = {f.name for f in dataclasses.fields(NodeRecord)}

@@ -6,17 +6,17 @@ import asyncio
 import time
 
 import pytest
-from koordcommon import paths, traces
 from koordcommon.bus import Bus
 from koordcommon.cluster import EvictionOutcome, open_cluster
 from koordcommon.cluster.port import ClusterPort
-from koordcommon.cluster.sim import PDB_KIND, MutationError, SimClock, SimCluster, SimSpec
 from koordcommon.model import PriorityClass, QoSClass
 from koordcommon.records import ContainerSpec, OwnerRef, PodRecord
 from koordcommon.resources import Resources
+from koordsim import traces
+from koordsim.cluster import PDB_KIND, MutationError, SimClock, SimCluster, SimSpec
 
 T0 = 1_780_000_200_000  # a multiple of 300 s: trace samples fall on it exactly
-needs_traces = pytest.mark.skipif(paths.traces_dir() is None, reason="traces directory not found")
+needs_traces = pytest.mark.skipif(traces.find_traces_dir() is None, reason="traces directory not found")
 
 
 def spec(**kw) -> SimSpec:
@@ -467,7 +467,7 @@ async def _until(cond, interval: float = 0.02) -> None:
 
 @needs_traces
 def test_batch_arrivals_follow_the_2017_trace():
-    from koordcommon.cluster.sim_batch import BATCH_NAMESPACE, batch_arrivals
+    from koordsim.batch import BATCH_NAMESPACE, batch_arrivals
 
     s = spec(nodes=20, batch_tasks_per_node_hour=4.0)
     trace_cpus = set(traces.alibaba2017_batch_tasks().plan_cpu_milli.tolist()) - {-1} | {500}

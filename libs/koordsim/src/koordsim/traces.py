@@ -23,8 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-
-from . import paths
+from koordcommon import paths
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +40,22 @@ KIB = 1024
 FALLBACK_MHZ_PER_CORE = 2926.0
 
 
+def find_traces_dir() -> Path | None:
+    """`KOORD_TRACES_DIR`, else `traces/` in the shared reference folder."""
+    env = os.environ.get("KOORD_TRACES_DIR")
+    if env:
+        return Path(env)
+    shared = paths.shared_dir()
+    if shared is not None and (shared / "traces").is_dir():
+        return shared / "traces"
+    return None
+
+
 def _resolve(traces_dir: str | Path | None) -> Path | None:
     if traces_dir is not None:
         p = Path(traces_dir)
         return p if p.is_dir() else None
-    return paths.traces_dir()
+    return find_traces_dir()
 
 
 def rebin(ts_s: np.ndarray, values: np.ndarray, step_s: int, start_s: int | None = None) -> tuple[int, np.ndarray]:

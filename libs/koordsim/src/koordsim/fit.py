@@ -8,7 +8,7 @@ NodeResourcesFit LeastAllocated over cpu and memory with kube-scheduler's non-ze
 
 from __future__ import annotations
 
-from ..records import NodeRecord, PodRecord, ResourceList
+from koordcommon.records import NodeRecord, PodRecord, ResourceList
 
 MAX_NODE_SCORE = 100
 # schedutil.DefaultMilliCPURequest / DefaultMemoryRequest: a container without requests

@@ -5,6 +5,11 @@ every mutation is published as a `SimMutation` on `koord.sim.<op>` (stream KOORD
 applied by every replica, the writer included, as it comes back from the stream, so all
 processes hold the same cluster. The first message is `genesis`, carrying the resolved spec
 (with the wall-clock anchor, so every process computes the same simulated time).
+
+The simulated cluster has no koord-scheduler: a replica opened with `schedule_reservations`
+(or an `extender_url`) places the Pending Reservations written through it, as koord-scheduler
+would (`reservations.py`), so a client creates Reservations and reads their status exactly as
+it does against Kubernetes.
 """
 
 from __future__ import annotations
@@ -17,15 +22,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import subjects
-from ..records import NodeRecord, PodRecord
-from ..resources import Resources
-from ..schemas import SimMutation
-from . import sim_batch
-from .port import ClusterEvent, EvictionOutcome, EvictionResult
-from .sim_codec import pod_to_dict
-from .sim_spec import SimClock, SimSpec
-from .sim_state import PDB_KIND, MutationError, SimState
+from koordcommon import subjects
+from koordcommon.cluster.port import ClusterEvent, EvictionOutcome, EvictionResult
+from koordcommon.records import NodeRecord, PodRecord
+from koordcommon.resources import Resources
+from koordcommon.schemas import SimMutation
+
+from . import batch, reservations
+from .codec import pod_to_dict
+from .spec import SimClock, SimSpec
+from .state import PDB_KIND, MutationError, SimState, custom_key
 
 __all__ = ["PDB_KIND", "MutationError", "SimClock", "SimCluster", "SimSpec", "UsageSnapshot"]
 
@@ -41,6 +47,10 @@ class UsageSnapshot:
     node_usage: Resources  # pods + system
     system_usage: Resources
     pods: dict[str, Resources]  # pod key -> usage
+
+
+def _uid(obj: dict[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("uid")
 
 
 class _Replicator:
@@ -110,7 +120,13 @@ class SimCluster:
         bus: Any = None,
         genesis: bool = False,
         clock: SimClock | None = None,
+        schedule_reservations: bool | None = None,
+        extender_url: str = "",
+        extender_weight: int = 1,
     ):
+        """`schedule_reservations`: place the Pending Reservations written through this replica
+        (default: when `extender_url` is given); `extender_url` / `extender_weight`: the scheduler
+        extender their reserve pods go through, as kube-scheduler would send them."""
         if isinstance(spec, dict):
             spec = SimSpec.model_validate(spec)
         self._bus = bus
@@ -119,6 +135,11 @@ class SimCluster:
         self._watchers: set[asyncio.Queue] = set()
         self._genesis_seen = asyncio.Event() if bus is not None else None
         self._replicator: _Replicator | None = None
+        if schedule_reservations is None:
+            schedule_reservations = bool(extender_url)
+        self._reservations = (
+            reservations.ReservationScheduler(self, extender_url, extender_weight) if schedule_reservations else None
+        )
         if bus is None:
             self.spec = (spec or SimSpec()).resolved()
             self.state = SimState.from_spec(self.spec)
@@ -315,7 +336,19 @@ class SimCluster:
         return self.state.custom.get(kind, {}).get((namespace or "", name))
 
     async def apply_custom(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-        return await self._mutate("custom_applied", {"kind": kind, "obj": obj})
+        written = await self._mutate("custom_applied", {"kind": kind, "obj": obj})
+        if kind == reservations.KIND and self._reservations is not None and reservations.phase(written) == "Pending":
+            await self._place_reservation(written)
+        return written
+
+    async def _place_reservation(self, written: dict[str, Any]) -> None:
+        """koord-scheduler's part: choose the node and write the status (unless the reservation
+        was deleted, replaced or placed meanwhile)."""
+        placed = await self._reservations.place(written, self.now_ms())
+        current = self.state.custom.get(reservations.KIND, {}).get(custom_key(written))
+        if current is None or _uid(current) != _uid(written) or reservations.phase(current) != "Pending":
+            return
+        await self._mutate("custom_applied", {"kind": reservations.KIND, "obj": placed})
 
     async def delete_custom(self, kind: str, name: str, namespace: str | None = None) -> None:
         await self._mutate("custom_deleted", {"kind": kind, "name": name, "namespace": namespace or ""})
@@ -342,13 +375,13 @@ class SimCluster:
         last = self.now_ms()
         while stop is None or not stop.is_set():
             now = self.now_ms()
-            for pod in await asyncio.to_thread(sim_batch.batch_arrivals, self.spec, last, now):
+            for pod in await asyncio.to_thread(batch.batch_arrivals, self.spec, last, now):
                 if pod.key not in self.state.pods:
                     with contextlib.suppress(MutationError):  # created concurrently by an earlier run
                         await self.create_pod(pod)
                         created += 1
-            for pod in await self.list_pods(namespace=sim_batch.BATCH_NAMESPACE):
-                if sim_batch.finished(pod, now):
+            for pod in await self.list_pods(namespace=batch.BATCH_NAMESPACE):
+                if batch.finished(pod, now):
                     try:
                         await self.set_pod_phase(pod.namespace, pod.name, "Succeeded")
                         await self.delete_pod(pod.namespace, pod.name)

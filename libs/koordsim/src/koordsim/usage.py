@@ -11,9 +11,8 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from ..records import PodRecord
-from ..resources import Resources
+from koordcommon.records import PodRecord
+from koordcommon.resources import Resources
 
 _U64 = np.uint64
 _MIB = 1 << 20

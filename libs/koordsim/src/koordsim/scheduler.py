@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import httpx
+from koordcommon.kube_codec import node_to_k8s, pod_to_k8s
+from koordcommon.records import NodeRecord, PodRecord, ResourceList
 
-from ..kube_codec import node_to_k8s, pod_to_k8s
-from ..records import NodeRecord, PodRecord, ResourceList
-from . import sim_fit
+from . import fit
 
 log = logging.getLogger(__name__)
 MAX_EXTENDER_PRIORITY = 10
@@ -198,7 +198,7 @@ class ExtenderScheduler:
         for hp in reply:
             host, score = _ci(hp, "Host"), _ci(hp, "Score")
             if host in candidates and isinstance(score, int) and not isinstance(score, bool):
-                out[host] = out.get(host, 0) + score * self.weight * (sim_fit.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+                out[host] = out.get(host, 0) + score * self.weight * (fit.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
         return out
 
     # ------------------------------------------------------------------ cycles
@@ -208,9 +208,9 @@ class ExtenderScheduler:
         requested: dict[str, ResourceList] = {n.name: {} for n in nodes}
         nonzero: dict[str, list[int]] = {n.name: [0, 0] for n in nodes}
         for p in await self.cluster.list_pods():
-            if sim_fit.counts_on_node(p) and p.node_name in requested:
-                sim_fit.add_requests(requested[p.node_name], p)
-                c, m = sim_fit.non_zero_requests(p)
+            if fit.counts_on_node(p) and p.node_name in requested:
+                fit.add_requests(requested[p.node_name], p)
+                c, m = fit.non_zero_requests(p)
                 nonzero[p.node_name][0] += c
                 nonzero[p.node_name][1] += m
         return nodes, requested, nonzero
@@ -232,8 +232,8 @@ class ExtenderScheduler:
         for pod in pods:
             res = await self._cycle(pod, nodes, requested, nonzero)
             if res.node is not None:  # assume the pod, as the scheduler cache does
-                sim_fit.add_requests(requested[res.node], pod)
-                c, m = sim_fit.non_zero_requests(pod)
+                fit.add_requests(requested[res.node], pod)
+                c, m = fit.non_zero_requests(pod)
                 nonzero[res.node][0] += c
                 nonzero[res.node][1] += m
             results.append(res)
@@ -243,14 +243,14 @@ class ExtenderScheduler:
         self, pod: PodRecord, nodes: list[NodeRecord], requested: dict[str, ResourceList]
     ) -> tuple[list[NodeRecord], dict[str, str]]:
         n = len(nodes)
-        want = sim_fit.num_feasible_nodes_to_find(n, self.percentage)
+        want = fit.num_feasible_nodes_to_find(n, self.percentage)
         feasible: list[NodeRecord] = []
         reasons: dict[str, str] = {}
         processed = 0
         for i in range(n):
             node = nodes[(self._next_start + i) % n]
             processed += 1
-            why = sim_fit.filter_reasons(pod, node, requested.get(node.name, {}))
+            why = fit.filter_reasons(pod, node, requested.get(node.name, {}))
             if why:
                 reasons[node.name] = ", ".join(why)
             else:
@@ -286,14 +286,14 @@ class ExtenderScheduler:
                 feasible = [n for n in feasible if n.name in kept_names]
         if not feasible:
             return ScheduleResult(
-                pod.namespace, pod.name, reasons=reasons, message=sim_fit.unschedulable_message(len(nodes), reasons)
+                pod.namespace, pod.name, reasons=reasons, message=fit.unschedulable_message(len(nodes), reasons)
             )
         scores: dict[str, int] = {}
         if len(feasible) == 1:
             chosen = feasible[0].name
         else:
             for n in feasible:
-                scores[n.name] = sim_fit.least_allocated_score(pod, n, tuple(nonzero.get(n.name, (0, 0))))
+                scores[n.name] = fit.least_allocated_score(pod, n, tuple(nonzero.get(n.name, (0, 0))))
             if self.is_interested(pod):
                 for host, s in (await self.extender_prioritize(pod, feasible)).items():
                     scores[host] += s

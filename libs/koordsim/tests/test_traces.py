@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 import pytest
-from koordcommon import paths, traces
+from koordsim import traces
 
-needs_traces = pytest.mark.skipif(paths.traces_dir() is None, reason="traces directory not found")
+needs_traces = pytest.mark.skipif(traces.find_traces_dir() is None, reason="traces directory not found")
 
 HEADER = (
     "Timestamp [ms];\tCPU cores;\tCPU capacity provisioned [MHZ];\tCPU usage [MHZ];\tCPU usage [%];\t"
@@ -167,7 +167,7 @@ def test_missing_traces_dir_raises_and_warns(tmp_path, caplog):
         traces.bitbrains_vm(1, tmp_path / "absent")
     assert not traces.bitbrains_available(tmp_path / "absent")
     traces._warned.discard("unit-test")
-    with caplog.at_level(logging.WARNING, logger="koordcommon.traces"):
+    with caplog.at_level(logging.WARNING, logger="koordsim.traces"):
         traces.warn_synthetic("unit-test")
     assert "synthetic" in caplog.text
 

@@ -14,12 +14,12 @@ import uuid
 from dataclasses import dataclass
 
 import numpy as np
+from koordcommon.model import LABEL_QOS_CLASS, PriorityClass
+from koordcommon.records import ContainerSpec, NodeRecord, OwnerRef, PodRecord
 
-from .. import traces
-from ..model import LABEL_QOS_CLASS, PriorityClass
-from ..records import ContainerSpec, NodeRecord, OwnerRef, PodRecord
-from .sim_spec import GIB, SimSpec
-from .sim_usage import TraceSource, UsageModel
+from . import traces
+from .spec import GIB, SimSpec
+from .usage import TraceSource, UsageModel
 
 ONLINE_NAMESPACE = "online"
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from koordcommon import resources as rn
+from koordcommon.records import ContainerSpec, PodRecord
 
-from .. import resources as rn
-from .. import traces
-from ..records import ContainerSpec, PodRecord
-from .sim_genesis import pod_uid
-from .sim_spec import GIB, SimSpec
+from . import traces
+from .genesis import pod_uid
+from .spec import GIB, SimSpec
 
 BATCH_NAMESPACE = "batch-stream"
 TRACE_PERIOD_S = 86_400  # the v2017 trace covers one day

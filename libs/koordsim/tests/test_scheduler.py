@@ -10,10 +10,10 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from koordcommon import paths
-from koordcommon.cluster.sim import SimCluster, SimSpec
-from koordcommon.cluster.simsched import ExtenderError, ExtenderScheduler, _go_json, extender_args
 from koordcommon.records import ContainerSpec, NodeRecord, PodRecord
 from koordcommon.testing.net import free_port
+from koordsim.cluster import SimCluster, SimSpec
+from koordsim.scheduler import ExtenderError, ExtenderScheduler, _go_json, extender_args
 
 BATCH_CPU = "koordinator.sh/batch-cpu"
 BLOCK_LABEL = "ext.example.com/blocked"

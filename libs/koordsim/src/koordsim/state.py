@@ -13,14 +13,15 @@ import re
 from collections import deque
 from typing import Any
 
-from ..records import NodeRecord, PodRecord, Taint
-from ..resources import Resources
-from ..selectors import SelectorError, parse_selector
-from .port import ClusterEvent, EvictionOutcome, EvictionResult
-from .sim_codec import pod_from_dict
-from .sim_genesis import Genesis, build, pod_uid, safe_hash
-from .sim_spec import SimSpec
-from .sim_usage import Override, PodSet, container_shares
+from koordcommon.cluster.port import ClusterEvent, EvictionOutcome, EvictionResult
+from koordcommon.records import NodeRecord, PodRecord, Taint
+from koordcommon.resources import Resources
+from koordcommon.selectors import SelectorError, parse_selector
+
+from .codec import pod_from_dict
+from .genesis import Genesis, build, pod_uid, safe_hash
+from .spec import SimSpec
+from .usage import Override, PodSet, container_shares
 
 PDB_KIND = "PodDisruptionBudget"
 PDB_BLOCKED = "Cannot evict pod as it would violate the pod's disruption budget."
