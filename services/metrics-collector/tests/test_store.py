@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+from pathlib import Path
 
+import metrics_collector
 import numpy as np
 import pytest
 import sqlalchemy as sa
@@ -116,10 +119,35 @@ async def test_refused_messages_are_dropped_not_blocking(store, sample_factory):
     assert ingest.database_ok
 
 
-def test_migrations_match_the_tables_and_downgrade(store):
+def test_migrations_build_exactly_the_store_tables(store):
+    """The chain on this backend against the tables the store reads and writes: a table,
+    column, type, nullability, key or index the code has and the migrations lack (or the
+    reverse) is a diff. Catches code that moved ahead of the migrations."""
+
+    def ours(obj, name, type_, reflected, compare_to):
+        return not (type_ == "table" and name == VERSION_TABLE)
+
+    opts = {"compare_type": True, "compare_server_default": True, "include_object": ours}
     with store.engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), metadata)
-    assert [d for d in diff if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)] == []
+        diff = compare_metadata(MigrationContext.configure(conn, opts=opts), metadata)
+    assert diff == []
+
+
+def test_migrations_import_only_frozen_definitions():
+    """A migration builds what it built when it was written: it may call the frozen layouts
+    of rollup_schema, never the store's current tables or lists."""
+    versions = Path(metrics_collector.__file__).parent / "migrations" / "versions"
+    for path in sorted(versions.glob("*.py")):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module)
+        assert imported <= {"alembic", "sqlalchemy", "metrics_collector.rollup_schema"}, path.name
+
+
+def test_migrations_downgrade_and_upgrade_again(store):
     cfg = alembic_config(store.engine, MIGRATIONS, VERSION_TABLE)
     command.downgrade(cfg, "base")
     assert not sa.inspect(store.engine).has_table("node_samples")

@@ -22,6 +22,7 @@ from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, St
 from .core import rows as R
 from .core.retention import Plan, Rollup
 from .core.series import Bucket
+from .rollup_schema import node_rollup_v1, pod_rollup_v1
 
 log = logging.getLogger("metrics_collector.store")
 
@@ -135,43 +136,10 @@ NODE_ROLLUP_METRICS = R.NODE_SAMPLE_COLUMNS[3:]
 POD_ROLLUP_METRICS = ("cpu_milli", "memory_bytes", "requests_cpu_milli", "requests_memory_bytes")
 
 
-def _rollup_columns(metrics: Sequence[str]) -> list[Column]:
-    return [c for m in metrics for c in (_int(f"{m}_sum"), _int(f"{m}_max"))]
-
-
-def _node_rollup(name: str) -> Table:
-    return Table(
-        name,
-        metadata,
-        Column("node", _NAME, primary_key=True),
-        Column("bucket", BigInteger, primary_key=True),
-        Column("samples", Integer, nullable=False),
-        *_rollup_columns(NODE_ROLLUP_METRICS),
-        sa.Index(f"ix_{name}_bucket", "bucket"),
-    )
-
-
-def _pod_rollup(name: str) -> Table:
-    return Table(
-        name,
-        metadata,
-        Column("node", _NAME, primary_key=True),
-        Column("uid", String(64), primary_key=True),
-        Column("bucket", BigInteger, primary_key=True),
-        Column("namespace", _NAME, nullable=False),
-        Column("name", _NAME, nullable=False),
-        Column("band", String(8), nullable=False),
-        Column("samples", Integer, nullable=False),
-        *_rollup_columns(POD_ROLLUP_METRICS),
-        sa.Index(f"ix_{name}_uid_bucket", "uid", "bucket"),
-        sa.Index(f"ix_{name}_bucket", "bucket"),
-    )
-
-
-node_usage_1m = _node_rollup("node_usage_1m")
-node_usage_1h = _node_rollup("node_usage_1h")
-pod_usage_1m = _pod_rollup("pod_usage_1m")
-pod_usage_1h = _pod_rollup("pod_usage_1h")
+node_usage_1m = Table("node_usage_1m", metadata, *node_rollup_v1("node_usage_1m", NODE_ROLLUP_METRICS))
+node_usage_1h = Table("node_usage_1h", metadata, *node_rollup_v1("node_usage_1h", NODE_ROLLUP_METRICS))
+pod_usage_1m = Table("pod_usage_1m", metadata, *pod_rollup_v1("pod_usage_1m", POD_ROLLUP_METRICS))
+pod_usage_1h = Table("pod_usage_1h", metadata, *pod_rollup_v1("pod_usage_1h", POD_ROLLUP_METRICS))
 
 ROW_TABLES: dict[str, tuple[Table, tuple[str, ...]]] = {
     "node_samples": (node_samples, R.NODE_SAMPLE_COLUMNS),

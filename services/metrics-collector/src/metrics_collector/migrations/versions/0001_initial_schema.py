@@ -1,9 +1,22 @@
 """Initial schema: raw samples, NodeMetric summaries, node resources, recommendations, events, rollups."""
 import sqlalchemy as sa
 from alembic import op
+from metrics_collector.rollup_schema import node_rollup_v1, pod_rollup_v1
 
 revision = '0001'
 down_revision = None
+
+# What the rollups of this revision hold, as it shipped: the code's lists may grow, this may not.
+NODE_ROLLUP_METRICS = (
+    'cpu_milli', 'memory_bytes', 'system_cpu_milli', 'system_memory_bytes',
+    'capacity_cpu_milli', 'capacity_memory_bytes', 'allocatable_cpu_milli', 'allocatable_memory_bytes',
+    'prod_used_cpu_milli', 'prod_used_memory_bytes', 'prod_requested_cpu_milli', 'prod_requested_memory_bytes',
+    'mid_used_cpu_milli', 'mid_used_memory_bytes', 'mid_requested_cpu_milli', 'mid_requested_memory_bytes',
+    'batch_used_cpu_milli', 'batch_used_memory_bytes', 'batch_requested_cpu_milli', 'batch_requested_memory_bytes',
+    'free_used_cpu_milli', 'free_used_memory_bytes', 'free_requested_cpu_milli', 'free_requested_memory_bytes',
+    'pods',
+)
+POD_ROLLUP_METRICS = ('cpu_milli', 'memory_bytes', 'requests_cpu_milli', 'requests_memory_bytes')
 
 
 def upgrade():
@@ -104,123 +117,9 @@ def upgrade():
     with op.batch_alter_table('node_samples', schema=None) as batch_op:
         batch_op.create_index('ix_node_samples_ts', ['ts'], unique=False)
 
-    op.create_table('node_usage_1h',
-    sa.Column('node', sa.String(length=253), nullable=False),
-    sa.Column('bucket', sa.BigInteger(), nullable=False),
-    sa.Column('samples', sa.Integer(), nullable=False),
-    sa.Column('cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('system_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('system_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('system_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('system_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('capacity_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('capacity_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('capacity_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('capacity_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('allocatable_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('allocatable_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('allocatable_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('allocatable_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('prod_used_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('prod_used_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('prod_used_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('prod_used_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('prod_requested_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('prod_requested_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('prod_requested_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('prod_requested_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('mid_used_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('mid_used_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('mid_used_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('mid_used_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('mid_requested_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('mid_requested_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('mid_requested_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('mid_requested_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('batch_used_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('batch_used_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('batch_used_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('batch_used_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('batch_requested_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('batch_requested_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('batch_requested_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('batch_requested_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('free_used_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('free_used_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('free_used_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('free_used_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('free_requested_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('free_requested_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('free_requested_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('free_requested_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('pods_sum', sa.BigInteger(), nullable=False),
-    sa.Column('pods_max', sa.BigInteger(), nullable=False),
-    sa.PrimaryKeyConstraint('node', 'bucket')
-    )
-    with op.batch_alter_table('node_usage_1h', schema=None) as batch_op:
-        batch_op.create_index('ix_node_usage_1h_bucket', ['bucket'], unique=False)
+    op.create_table('node_usage_1h', *node_rollup_v1('node_usage_1h', NODE_ROLLUP_METRICS))
 
-    op.create_table('node_usage_1m',
-    sa.Column('node', sa.String(length=253), nullable=False),
-    sa.Column('bucket', sa.BigInteger(), nullable=False),
-    sa.Column('samples', sa.Integer(), nullable=False),
-    sa.Column('cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('system_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('system_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('system_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('system_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('capacity_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('capacity_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('capacity_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('capacity_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('allocatable_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('allocatable_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('allocatable_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('allocatable_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('prod_used_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('prod_used_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('prod_used_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('prod_used_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('prod_requested_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('prod_requested_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('prod_requested_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('prod_requested_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('mid_used_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('mid_used_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('mid_used_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('mid_used_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('mid_requested_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('mid_requested_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('mid_requested_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('mid_requested_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('batch_used_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('batch_used_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('batch_used_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('batch_used_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('batch_requested_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('batch_requested_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('batch_requested_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('batch_requested_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('free_used_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('free_used_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('free_used_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('free_used_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('free_requested_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('free_requested_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('free_requested_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('free_requested_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('pods_sum', sa.BigInteger(), nullable=False),
-    sa.Column('pods_max', sa.BigInteger(), nullable=False),
-    sa.PrimaryKeyConstraint('node', 'bucket')
-    )
-    with op.batch_alter_table('node_usage_1m', schema=None) as batch_op:
-        batch_op.create_index('ix_node_usage_1m_bucket', ['bucket'], unique=False)
+    op.create_table('node_usage_1m', *node_rollup_v1('node_usage_1m', NODE_ROLLUP_METRICS))
 
     op.create_table('pod_samples',
     sa.Column('node', sa.String(length=253), nullable=False),
@@ -248,49 +147,9 @@ def upgrade():
         batch_op.create_index('ix_pod_samples_ts', ['ts'], unique=False)
         batch_op.create_index('ix_pod_samples_uid_ts', ['uid', 'ts'], unique=False)
 
-    op.create_table('pod_usage_1h',
-    sa.Column('node', sa.String(length=253), nullable=False),
-    sa.Column('uid', sa.String(length=64), nullable=False),
-    sa.Column('bucket', sa.BigInteger(), nullable=False),
-    sa.Column('namespace', sa.String(length=253), nullable=False),
-    sa.Column('name', sa.String(length=253), nullable=False),
-    sa.Column('band', sa.String(length=8), nullable=False),
-    sa.Column('samples', sa.Integer(), nullable=False),
-    sa.Column('cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('requests_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('requests_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('requests_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('requests_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.PrimaryKeyConstraint('node', 'uid', 'bucket')
-    )
-    with op.batch_alter_table('pod_usage_1h', schema=None) as batch_op:
-        batch_op.create_index('ix_pod_usage_1h_bucket', ['bucket'], unique=False)
-        batch_op.create_index('ix_pod_usage_1h_uid_bucket', ['uid', 'bucket'], unique=False)
+    op.create_table('pod_usage_1h', *pod_rollup_v1('pod_usage_1h', POD_ROLLUP_METRICS))
 
-    op.create_table('pod_usage_1m',
-    sa.Column('node', sa.String(length=253), nullable=False),
-    sa.Column('uid', sa.String(length=64), nullable=False),
-    sa.Column('bucket', sa.BigInteger(), nullable=False),
-    sa.Column('namespace', sa.String(length=253), nullable=False),
-    sa.Column('name', sa.String(length=253), nullable=False),
-    sa.Column('band', sa.String(length=8), nullable=False),
-    sa.Column('samples', sa.Integer(), nullable=False),
-    sa.Column('cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.Column('requests_cpu_milli_sum', sa.BigInteger(), nullable=False),
-    sa.Column('requests_cpu_milli_max', sa.BigInteger(), nullable=False),
-    sa.Column('requests_memory_bytes_sum', sa.BigInteger(), nullable=False),
-    sa.Column('requests_memory_bytes_max', sa.BigInteger(), nullable=False),
-    sa.PrimaryKeyConstraint('node', 'uid', 'bucket')
-    )
-    with op.batch_alter_table('pod_usage_1m', schema=None) as batch_op:
-        batch_op.create_index('ix_pod_usage_1m_bucket', ['bucket'], unique=False)
-        batch_op.create_index('ix_pod_usage_1m_uid_bucket', ['uid', 'bucket'], unique=False)
+    op.create_table('pod_usage_1m', *pod_rollup_v1('pod_usage_1m', POD_ROLLUP_METRICS))
 
     op.create_table('recommendations',
     sa.Column('namespace', sa.String(length=253), nullable=False),
