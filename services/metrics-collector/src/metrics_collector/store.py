@@ -13,11 +13,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from koordcommon.storage import is_postgres, make_engine, run_migrations
 from psycopg import errors as psycopg_errors
 from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy.dialects import postgresql, sqlite
 
 from .core import rows as R
 from .core.retention import Plan, Rollup
@@ -289,9 +291,8 @@ class Store:
         with self.engine.connect() as conn:
             for (family, target), table in ROLLUP_TABLES.items():
                 source = SOURCE_TABLES[(family, "raw" if target == "1m" else "1m")]
-                key = source.c.ts if "ts" in source.c else source.c.bucket
                 last = conn.execute(sa.select(sa.func.max(table.c.bucket))).scalar()
-                first = conn.execute(sa.select(sa.func.min(key))).scalar()
+                first = conn.execute(sa.select(sa.func.min(_time(source)))).scalar()
                 state[(family, target)] = (last, first)
         return state
 
@@ -299,12 +300,11 @@ class Store:
         done: dict[str, int] = {}
         for rollup in plan.rollups:
             with self._write_lock, self.engine.begin() as conn:
-                done[f"rollup:{rollup.family}:{rollup.target}"] = conn.execute(*_rollup_sql(rollup)).rowcount
+                done[f"rollup:{rollup.family}:{rollup.target}"] = conn.execute(_rollup_insert(rollup, self.postgres)).rowcount
         for delete in plan.deletes:
             table = metadata.tables[delete.table]
-            key = table.c.ts if "ts" in table.c else table.c.bucket
             with self._write_lock, self.engine.begin() as conn:
-                done[f"delete:{delete.table}"] = conn.execute(sa.delete(table).where(key < delete.before)).rowcount
+                done[f"delete:{delete.table}"] = conn.execute(sa.delete(table).where(_time(table) < delete.before)).rowcount
         return done
 
     # ------------------------------------------------------------------ queries
@@ -362,18 +362,11 @@ class Store:
         resolution: str,
     ) -> list[Bucket]:
         """Count, sum and max of each metric per epoch-aligned bucket of `step` ms."""
-        table = SOURCE_TABLES[(family, resolution)]
-        if resolution == "raw":
-            t = table.c.ts
-            count = sa.func.count()
-            parts = [(sa.func.sum(table.c[m]), sa.func.max(table.c[m])) for m in metrics]
-        else:
-            t = table.c.bucket
-            count = sa.func.sum(table.c.samples)
-            parts = [(sa.func.sum(table.c[f"{m}_sum"]), sa.func.max(table.c[f"{m}_max"])) for m in metrics]
+        src = _Source.of(family, resolution)
+        table, t = src.table, src.time
         bucket = _bucket(t, step)
         query = (
-            sa.select(bucket, count, *(p for pair in parts for p in pair))
+            sa.select(bucket, src.samples, *(agg for m in metrics for agg in (src.sum(m), src.max(m))))
             .where(t >= start, t < end, *(table.c[k] == v for k, v in key.items()))
             .group_by(bucket)
             .order_by(bucket)
@@ -428,16 +421,11 @@ class Store:
 
     def cluster_summary(self, start: int, end: int, step: int, resolution: str, metrics: Sequence[str]) -> list[dict]:
         """Per bucket: the sum over nodes of each node's average of every metric, and the node count."""
-        table = SOURCE_TABLES[("node", resolution)]
-        if resolution == "raw":
-            t, n = table.c.ts, sa.func.count()
-            sums = [sa.func.sum(table.c[m]).label(m) for m in metrics]
-        else:
-            t, n = table.c.bucket, sa.func.sum(table.c.samples)
-            sums = [sa.func.sum(table.c[f"{m}_sum"]).label(m) for m in metrics]
+        src = _Source.of("node", resolution)
+        table, t = src.table, src.time
         bucket = _bucket(t, step)
         per_node = (
-            sa.select(bucket, table.c.node, n.label("n"), *sums)
+            sa.select(bucket, table.c.node, src.samples.label("n"), *(src.sum(m).label(m) for m in metrics))
             .where(t >= start, t < end)
             .group_by(bucket, table.c.node)
             .subquery()
@@ -497,6 +485,35 @@ class Store:
             return [dict(r._mapping) for r in conn.execute(query)]
 
 
+def _time(table: Table) -> Column:
+    """The time a row is about: `ts` of a raw sample, `bucket` of a rollup."""
+    return table.c.ts if "ts" in table.c else table.c.bucket
+
+
+@dataclass(frozen=True)
+class _Source:
+    """How one family's rows at one resolution are aggregated: raw samples count and sum
+    themselves, a rollup carries its sample count and each metric's sum and max."""
+
+    table: Table
+    time: Column
+    samples: sa.ColumnElement
+    rollup: bool
+
+    @classmethod
+    def of(cls, family: str, resolution: str) -> _Source:
+        table = SOURCE_TABLES[(family, resolution)]
+        rollup = resolution != "raw"
+        samples = sa.func.sum(table.c.samples) if rollup else sa.func.count()
+        return cls(table, _time(table), samples, rollup)
+
+    def sum(self, metric: str) -> sa.ColumnElement:
+        return sa.func.sum(self.table.c[f"{metric}_sum" if self.rollup else metric])
+
+    def max(self, metric: str) -> sa.ColumnElement:
+        return sa.func.max(self.table.c[f"{metric}_max" if self.rollup else metric])
+
+
 def _bucket(t, step: int):
     # The step is inlined (a validated int): as a bound parameter PostgreSQL would see the
     # SELECT and GROUP BY expressions as different and reject the query.
@@ -504,28 +521,23 @@ def _bucket(t, step: int):
     return ((t // lit) * lit).label("b")
 
 
-def _rollup_sql(r: Rollup) -> tuple[sa.TextClause, dict]:
+def _rollup_insert(r: Rollup, postgres: bool) -> sa.Insert:
     """INSERT ... SELECT of complete buckets, ON CONFLICT DO NOTHING (re-running adds nothing)."""
     target = ROLLUP_TABLES[(r.family, r.target)]
-    source = SOURCE_TABLES[(r.family, r.source)]
+    src = _Source.of(r.family, r.source)
+    t = src.table.c
     metrics = NODE_ROLLUP_METRICS if r.family == "node" else POD_ROLLUP_METRICS
-    if r.source == "raw":
-        t, samples = "ts", "COUNT(*)"
-        aggs = [f"SUM({m}), MAX({m})" for m in metrics]
-    else:
-        t, samples = "bucket", "SUM(samples)"
-        aggs = [f"SUM({m}_sum), MAX({m}_max)" for m in metrics]
-    step = int(r.step)
-    bucket = f"({t} / {step}) * {step}"
-    cols = [f"{m}_{s}" for m in metrics for s in ("sum", "max")]
-    if r.family == "node":
-        keys, key_sel, group = ["node"], "node", "node"
-    else:
-        keys = ["node", "uid", "namespace", "name", "band"]
-        key_sel, group = "node, uid, MAX(namespace), MAX(name), MAX(band)", "node, uid"
-    sql = (
-        f"INSERT INTO {target.name} ({', '.join(keys)}, bucket, samples, {', '.join(cols)}) "
-        f"SELECT {key_sel}, {bucket} AS b, {samples}, {', '.join(aggs)} FROM {source.name} "
-        f"WHERE {t} >= :start AND {t} < :end GROUP BY {group}, b ON CONFLICT DO NOTHING"
+    keys = {"node": t.node}
+    if r.family == "pod":  # a pod's names and band are the same in all its rows; MAX picks that one
+        keys.update(uid=t.uid, namespace=sa.func.max(t.namespace), name=sa.func.max(t.name), band=sa.func.max(t.band))
+    group = [t.node] if r.family == "node" else [t.node, t.uid]
+    bucket = _bucket(src.time, r.step)
+    rows = (
+        sa.select(*keys.values(), bucket, src.samples, *(agg for m in metrics for agg in (src.sum(m), src.max(m))))
+        .where(src.time >= r.start, src.time < r.end)
+        .group_by(*group, bucket)
     )
-    return sa.text(sql), {"start": r.start, "end": r.end}
+    columns = [*keys, "bucket", "samples", *(f"{m}_{agg}" for m in metrics for agg in ("sum", "max"))]
+    insert = postgresql.insert if postgres else sqlite.insert
+    # the rows inserted are reported (SQLAlchemy keeps an INSERT's rowcount only when asked)
+    return insert(target).from_select(columns, rows).on_conflict_do_nothing().execution_options(preserve_rowcount=True)
