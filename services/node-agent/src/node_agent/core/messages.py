@@ -181,13 +181,8 @@ class NodeHistory:
             )
         pods.sort(key=lambda p: (p.namespace, p.name))
         return NodeMetricSample(
-            ts=now_ms,
-            node=self.node,
+            **self._node_part(now_ms, node_stats),
             window_s=window_s,
-            capacity=self.capacity,
-            allocatable=self.allocatable,
-            node_usage=to_resources(node_stats.avg[0]),
-            system_usage=to_resources(node_stats.avg[1]),
             pods=pods,
             extensions=extensions or {},
         )
@@ -234,14 +229,9 @@ class NodeHistory:
         pods.sort(key=lambda p: (p.namespace, p.name))
         reclaimable, peak = self.prod_prediction(now_ms)
         return NodeMetric(
-            ts=now_ms,
-            node=self.node,
+            **self._node_part(now_ms, main),
             aggregate_duration_s=aggregate_s,
             report_interval_s=report_interval_s,
-            capacity=self.capacity,
-            allocatable=self.allocatable,
-            node_usage=to_resources(main.avg[0]),
-            system_usage=to_resources(main.avg[1]),
             aggregated_node_usages=agg_node,
             aggregated_system_usages=agg_system,
             pods=pods,
@@ -299,6 +289,17 @@ class NodeHistory:
             return None
         stats = window_stats(ts, values, NODE_ROWS, percentiles=False)
         return stats if stats.ok[0] else None
+
+    def _node_part(self, now_ms: int, averages: WindowStats) -> dict:
+        """What the sample and the NodeMetric both say about the node."""
+        return {
+            "ts": now_ms,
+            "node": self.node,
+            "capacity": self.capacity,
+            "allocatable": self.allocatable,
+            "node_usage": to_resources(averages.avg[0]),
+            "system_usage": to_resources(averages.avg[1]),
+        }
 
     def _live_pod_columns(self) -> tuple[list[str], np.ndarray]:
         keys = [uid for uid in self.pods if uid in self.pod_ring]
