@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 from koordcommon import subjects
-from koordcommon.service import Service, ServiceSettings, load_settings, settings_config
+from koordcommon.service import Service, ServiceSettings, load_settings, run_until_stopped, settings_config
 from koordcommon.wiring import start_bus, start_cluster
 from pydantic import Field
 
@@ -58,31 +58,27 @@ async def run(svc: Service) -> None:
     svc.app.state.descheduler = desched
     if not desched.dry_run:
         await desched.clean_orphans()
-    follow = asyncio.create_task(desched.follow_metrics())
-    jobs = asyncio.create_task(_advance_jobs(svc, desched, settings.job_poll_s))
     svc.mark_started()
-    try:
-        while not svc.stopping.is_set():
-            try:
-                report = await desched.run_round()
-                svc.app.state.last_report = report
-            except Exception:
-                svc.log.exception("descheduling round failed")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(svc.stopping.wait(), settings.interval_s)
-    finally:
-        for task in (follow, jobs):
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+
+    async def descheduling_round() -> None:
+        svc.app.state.last_report = await desched.run_round()
+
+    await run_until_stopped(
+        svc.stopping,
+        desched.follow_metrics(),
+        _repeat(svc, settings.interval_s, descheduling_round, "descheduling round"),
+        _repeat(svc, settings.job_poll_s, desched.advance, "advancing migrations"),
+    )
 
 
-async def _advance_jobs(svc: Service, desched: Descheduler, every_s: float) -> None:
+async def _repeat(svc: Service, every_s: float, step, what: str) -> None:
+    """`step()`, then a pause of `every_s` seconds, until the service stops; a failed step is
+    logged and the loop goes on."""
     while not svc.stopping.is_set():
         try:
-            await desched.advance()
+            await step()
         except Exception:
-            svc.log.exception("advancing migrations failed")
+            svc.log.exception(f"{what} failed")
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(svc.stopping.wait(), every_s)
 
