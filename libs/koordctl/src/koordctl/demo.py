@@ -14,6 +14,7 @@ from koordcommon.model import PriorityClass, is_hp
 from koordcommon.records import ContainerSpec, PodRecord
 from koordcommon.resources import Resources, batch_cpu, batch_memory
 from koordcommon.schemas import NodeMetric
+from koordcommon.service import cancel_and_wait
 from koordsim.cluster import SimCluster, SimSpec
 from koordsim.scheduler import ExtenderScheduler
 from rich.console import Console
@@ -244,11 +245,7 @@ class Demo:
             )
             return all(c.ok for c in self.checks)
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(BaseException):
-                    await t
+            await cancel_and_wait(tasks)
             if self.cluster is not None:
                 with contextlib.suppress(Exception):
                     await self.cluster.close()

@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections import Counter
 
+from koordcommon.service import cancel_and_wait
 from koordsim.cluster import SimCluster
 from koordsim.scheduler import ExtenderScheduler, ScheduleResult
 
@@ -56,6 +57,5 @@ class SimDriver:
         try:
             await asyncio.gather(*tasks)
         finally:
-            for t in tasks:
-                t.cancel()
+            await cancel_and_wait(tasks)
             await self.scheduler.aclose()
