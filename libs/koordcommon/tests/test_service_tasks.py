@@ -1,10 +1,17 @@
-"""The chassis' teardown of a service's long-lived tasks: run until stop, cancel, wait, re-raise."""
+"""The chassis' entry point and its teardown of a service's long-lived tasks: run until stop,
+cancel, wait, re-raise."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import os
+import signal
+import sys
+import textwrap
 
+import httpx
 import pytest
 from koordcommon.service import cancel_and_wait, run_until_stopped
 
@@ -105,3 +112,83 @@ async def test_cancel_and_wait_is_bounded_and_drops_what_tasks_raise_while_endin
     del failing
     gc.collect()
     assert "never retrieved" not in caplog.text
+
+
+ENTRY_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from fastapi import APIRouter
+    from koordcommon.service import ServiceSettings, run_service, run_until_stopped, settings_config
+
+    class Settings(ServiceSettings):
+        model_config = settings_config("KOORD_ENTRY_")
+        greeting: str = "hello"
+
+    router = APIRouter()
+
+    @router.get("/greeting")
+    async def greeting():
+        return {"greeting": "from the router"}
+
+    async def worker(mode):
+        if mode == "crash":
+            await asyncio.sleep(0.3)
+            raise RuntimeError("worker failed")
+        await asyncio.Event().wait()
+
+    async def main(svc):
+        svc.mark_started()
+        print(svc.settings.greeting, file=sys.stdout, flush=True)
+        await run_until_stopped(svc.stopping, worker(sys.argv[1]))
+
+    run_service("entry", Settings, main, [router], greeting="overridden", http_host="127.0.0.1", http_port=0)
+    """
+)
+
+
+async def run_entry(tmp_path, mode: str):
+    script = tmp_path / "entry.py"
+    script.write_text(ENTRY_SCRIPT)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, str(script), mode, env=dict(os.environ),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def log_until(proc, msg: str) -> list[dict]:
+    lines = []
+    async with asyncio.timeout(20):
+        while True:
+            raw = await proc.stderr.readline()
+            assert raw, f"service exited first: {lines}"
+            lines.append(json.loads(raw))
+            if lines[-1].get("msg") == msg:
+                return lines
+
+
+async def test_run_service_serves_the_routers_with_overridden_settings_and_stops_on_sigterm(tmp_path):
+    proc = await run_entry(tmp_path, "serve")
+    try:
+        started = (await log_until(proc, "started"))[-1]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{started['port']}", timeout=5) as http:
+            assert (await http.get("/greeting")).json() == {"greeting": "from the router"}
+            assert (await http.get("/readyz")).status_code == 200
+        assert (await proc.stdout.readline()).decode().strip() == "overridden"
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+
+
+async def test_a_worker_that_fails_ends_the_service_with_exit_1(tmp_path):
+    proc = await run_entry(tmp_path, "crash")
+    try:
+        crash = (await log_until(proc, "main crashed"))[-1]
+        assert "RuntimeError: worker failed" in crash["exc_info"]
+        async with asyncio.timeout(20):
+            assert await proc.wait() == 1
+    finally:
+        if proc.returncode is None:
+            proc.kill()

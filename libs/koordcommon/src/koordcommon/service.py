@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from pydantic import Field
@@ -44,6 +44,7 @@ __all__ = [
     "cancel_and_wait",
     "load_settings",
     "progress",
+    "run_service",
     "run_until_stopped",
     "settings_config",
     "setup_logging",
@@ -540,3 +541,14 @@ class Service:
             await asyncio.sleep(self.HEARTBEAT_S)
             _LOOP_LAG.labels(self.name).set(max(0.0, time.monotonic() - before - self.HEARTBEAT_S))
             self.health.beat()
+
+
+def run_service(
+    name: str, settings_cls: type[S], main: Main, routers: Iterable[APIRouter] = (), **overrides: Any
+) -> NoReturn:
+    """A service's entry point: its settings (env, YAML, then `overrides`), the chassis with
+    the service's routers, and `main` until SIGTERM/SIGINT; exits with the outcome."""
+    svc = Service(name, load_settings(settings_cls, **overrides))
+    for router in routers:
+        svc.app.include_router(router)
+    svc.run(main)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 from koordcommon import subjects
-from koordcommon.service import Service, ServiceSettings, load_settings, run_until_stopped, settings_config
+from koordcommon.service import Service, ServiceSettings, run_service, run_until_stopped, settings_config
 from koordcommon.wiring import start_bus, start_cluster
 from pydantic import Field
 
@@ -84,10 +84,7 @@ async def _repeat(svc: Service, every_s: float, step, what: str) -> None:
 
 
 def main() -> None:
-    settings = load_settings(Settings)
-    svc = Service("descheduler", settings)
-    svc.app.include_router(router)
-    svc.run(run)
+    run_service("descheduler", Settings, run, [router])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import logging
 
 from koordcommon.bus import Bus
 from koordcommon.cluster import open_cluster
-from koordcommon.service import Service, load_settings
+from koordcommon.service import Service, run_service
 
 from .bus import STREAMS, publisher
 from .settings import AgentSettings
@@ -64,8 +64,7 @@ async def run(svc: Service) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = load_settings(AgentSettings, **parse_args(argv))
-    Service(SERVICE, settings).run(run)
+    run_service(SERVICE, AgentSettings, run, **parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 from typing import TypeVar
 
-from koordcommon.service import Service, ServiceSettings, load_settings, settings_config
+from koordcommon.service import Service, ServiceSettings, run_service, settings_config
 from koordcommon.wiring import start_bus, start_cluster
 from pydantic import Field
 
@@ -83,10 +83,7 @@ async def run(svc: Service) -> None:
 
 
 def main() -> None:
-    settings = load_settings(Settings)
-    svc = Service("recommender", settings)
-    svc.app.include_router(router)
-    svc.run(run)
+    run_service("recommender", Settings, run, [router])
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from koordcommon.service import Service, load_settings, run_until_stopped
+from koordcommon.service import Service, run_service, run_until_stopped
 from koordcommon.wiring import start_bus, start_cluster
 
 from .api import create_router as create_api_router
@@ -91,8 +91,7 @@ def _load_profiles(store: ProfileStore):
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = load_settings(SLOSettings)
-    Service(SERVICE, settings).run(run)
+    run_service(SERVICE, SLOSettings, run)
 
 
 if __name__ == "__main__":
