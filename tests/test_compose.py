@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 SERVICES = {
     "node-agent": "KOORD_AGENT_",
     "metrics-collector": "KOORD_COLLECTOR_",
@@ -26,15 +29,49 @@ def test_stack_has_infrastructure_and_every_service():
     assert "-js" in COMPOSE["services"]["nats"]["command"], "NATS must run with JetStream"
 
 
-@pytest.mark.parametrize("name,prefix", sorted(SERVICES.items()))
-def test_service_builds_from_repo_root_and_is_wired(name, prefix):
-    svc = COMPOSE["services"][name]
-    build = svc["build"]
+def build_args(name: str) -> dict[str, str]:
+    """The ARG values the shared Dockerfile ends up with for a compose service: its defaults in
+    order (a default may name an earlier ARG), the service's build args first, as docker build does."""
+    given = {k: str(v) for k, v in COMPOSE["services"][name]["build"].get("args", {}).items()}
+    values: dict[str, str] = {}
+    for m in re.finditer(r"^ARG (\w+)(?:=(.*))?$", DOCKERFILE.read_text(), re.MULTILINE):
+        arg, default = m.group(1), m.group(2)
+        if arg in given:
+            values[arg] = given[arg]
+        elif default is not None:
+            values[arg] = re.sub(r"\$\{(\w+)\}", lambda v: values.get(v.group(1), ""), default.strip('"'))
+    return values
+
+
+def console_scripts(package: str) -> set[str]:
+    return set(tomllib.loads((ROOT / package / "pyproject.toml").read_text())["project"].get("scripts", {}))
+
+
+@pytest.mark.parametrize("name", sorted([*SERVICES, "sim-driver"]))
+def test_image_is_the_shared_dockerfile_given_a_package_and_its_script(name):
+    build = COMPOSE["services"][name]["build"]
     assert build["context"] == "."
-    dockerfile = ROOT / build["dockerfile"]
-    assert dockerfile.is_file(), f"{dockerfile} is missing"
-    text = dockerfile.read_text()
-    assert "libs/koordcommon" in text, "images install the shared library from the repo"
+    assert ROOT / build["dockerfile"] == DOCKERFILE and DOCKERFILE.is_file()
+    args = build_args(name)
+    assert "libs/koordcommon" in args["LIBS"].split(), "images install the shared library from the repo"
+    for lib in args["LIBS"].split():
+        assert (ROOT / lib / "pyproject.toml").is_file(), lib
+    assert (ROOT / args["PACKAGE"] / "pyproject.toml").is_file(), args["PACKAGE"]
+    assert args["COMMAND"] in console_scripts(args["PACKAGE"])
+    if name in SERVICES:
+        assert args["PACKAGE"] == f"services/{name}"
+        assert args["PORT"] == COMPOSE["services"][name]["environment"][f"{SERVICES[name]}HTTP_PORT"]
+
+
+def test_the_sim_driver_runs_koordctl_sim():
+    assert build_args("sim-driver")["PACKAGE"] == "libs/koordctl"
+    assert COMPOSE["services"]["sim-driver"]["command"][:2] == ["koordctl", "sim"]  # CMD, no ENTRYPOINT to prefix it
+    assert "ENTRYPOINT" not in DOCKERFILE.read_text()
+
+
+@pytest.mark.parametrize("name,prefix", sorted(SERVICES.items()))
+def test_service_is_wired(name, prefix):
+    svc = COMPOSE["services"][name]
     env = svc["environment"]
     assert env["NATS_URL"] == "nats://nats:4222"
     port = env[f"{prefix}HTTP_PORT"]
@@ -62,9 +99,10 @@ def _opens_the_cluster(package_dir: Path) -> bool:
                for p in (package_dir / "src").rglob("*.py"))
 
 
-@pytest.mark.parametrize("package", sorted(
-    [f"services/{n}" for n in SERVICES] + ["libs/koordctl"]))
-def test_images_install_the_simulator_where_the_default_backend_needs_it(package):
-    text = (ROOT / package / "Dockerfile").read_text()
+@pytest.mark.parametrize("name", sorted([*SERVICES, "sim-driver"]))
+def test_images_install_the_simulator_where_the_default_backend_needs_it(name):
+    args = build_args(name)
+    package = args["PACKAGE"]
     needs = package == "libs/koordctl" or _opens_the_cluster(ROOT / package)
-    assert ("libs/koordsim" in text) == needs, f"{package}: koordsim {'missing' if needs else 'not needed'}"
+    installed = "libs/koordsim" in args["LIBS"].split()
+    assert installed == needs, f"{package}: koordsim {'missing' if needs else 'not needed'}"

@@ -667,6 +667,25 @@ def test_managed_resources_from_values(helm):
     ]
 
 
+def test_every_image_is_one_the_shared_dockerfile_builds(default_docs):
+    """<registry>/<name>:<tag> is deploy/Dockerfile built with SERVICE=<name>: services/<name>
+    is a package, and the module its container runs (python -m) is that package's."""
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "ARG SERVICE\n" in dockerfile and "ARG PACKAGE=services/${SERVICE}\n" in dockerfile
+    services = {p.name for p in (ROOT / "services").iterdir() if (p / "pyproject.toml").is_file()}
+    built = set()
+    for kind in ("Deployment", "DaemonSet"):
+        for workload in by_kind(default_docs, kind).values():
+            for c in workload["spec"]["template"]["spec"]["containers"]:
+                name = c["image"].rsplit(":", 1)[0].rsplit("/", 1)[-1]
+                assert name in services, c["image"]
+                python, flag, module = c["command"]
+                assert (python, flag) == ("python", "-m")
+                assert (ROOT / "services" / name / "src" / module / "__main__.py").is_file(), (name, module)
+                built.add(name)
+    assert built == services
+
+
 def test_services_expose_the_documented_ports(default_docs):
     ports = {n: s["spec"]["ports"][0]["port"] for n, s in by_kind(default_docs, "Service").items()}
     assert ports == {
