@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
-from koordcommon import paths
+from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.cluster import ClusterPort, EvictionOutcome, open_cluster
 from koordcommon.cluster.kube import KubeApiError, KubeCluster
 from koordcommon.crds import CRDS
@@ -32,8 +32,7 @@ TOKEN = "t0ken-abc"
 
 
 def _fixture(name: str) -> Any:
-    d = paths.fixtures_dir()
-    assert d is not None, "shared fixtures not found (set KOORD_SHARED_DIR)"
+    d = fixtures_dir()
     with open(d / name) as f:
         return json.load(f) if name.endswith(".json") else yaml.safe_load(f)
 

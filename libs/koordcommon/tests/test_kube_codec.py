@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from koordcommon import paths
+from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.kube_codec import (
     format_time_ms,
     node_from_k8s,
@@ -23,8 +23,7 @@ GI = 2**30
 
 
 def _fixture(name: str):
-    d = paths.fixtures_dir()
-    assert d is not None, "shared fixtures not found (set KOORD_SHARED_DIR)"
+    d = fixtures_dir()
     with open(d / name) as f:
         return json.load(f) if name.endswith(".json") else yaml.safe_load(f)
 

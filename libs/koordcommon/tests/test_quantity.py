@@ -6,7 +6,7 @@ import json
 from fractions import Fraction
 
 import pytest
-from koordcommon import paths
+from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.quantity import (
     BinarySI,
     DecimalExponent,
@@ -22,8 +22,7 @@ from koordcommon.quantity import (
 
 
 def _load_cases() -> dict:
-    fixtures = paths.fixtures_dir()
-    assert fixtures is not None, "shared fixtures not found (set KOORD_SHARED_DIR)"
+    fixtures = fixtures_dir()
     with open(fixtures / "apimachinery.resource.quantity_test.cases.json") as f:
         return json.load(f)
 

@@ -9,7 +9,7 @@ import time
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request, Response
-from koordcommon import paths
+from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.records import ContainerSpec, NodeRecord, PodRecord
 from koordcommon.testing.net import free_port
 from koordsim.cluster import SimCluster, SimSpec
@@ -20,7 +20,7 @@ BLOCK_LABEL = "ext.example.com/blocked"
 
 
 def fixture_cases() -> dict[str, dict]:
-    path = paths.fixtures_dir() / "kube-scheduler.extender.v1.types_test.compat.json"
+    path = fixtures_dir() / "kube-scheduler.extender.v1.types_test.compat.json"
     return {c["type"]: c for c in json.loads(path.read_text())["cases"]}
 
 

@@ -17,7 +17,7 @@ import yaml
 from descheduler.core import migration as mig
 from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, MigrationOptions, NodePool
 from descheduler.loop import Descheduler
-from koordcommon import paths
+from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.cluster.kube import KubeCluster
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetric, PodMetric
@@ -28,8 +28,7 @@ RESERVATIONS = "/apis/scheduling.koordinator.sh/v1alpha1/reservations"
 
 
 def _fixture(name: str) -> Any:
-    d = paths.fixtures_dir()
-    assert d is not None, "shared fixtures not found (set KOORD_SHARED_DIR)"
+    d = fixtures_dir()
     return yaml.safe_load((d / name).read_text())
 
 

@@ -8,7 +8,7 @@ import orjson
 import pytest
 import uvicorn
 from extender_helpers import T0, Gi, guaranteed, metric, node, pod_metric
-from koordcommon.paths import fixtures_dir
+from koordcommon.testing.fixtures import fixtures_dir
 from scheduler_extender import api
 from scheduler_extender.core import wire
 from scheduler_extender.core.state import ClusterState

@@ -4,7 +4,7 @@ reply into the k8s.io/kube-scheduler/extender/v1 types and encodes it again)."""
 
 import orjson
 import pytest
-from koordcommon.paths import fixtures_dir
+from koordcommon.testing.fixtures import fixtures_dir
 from scheduler_extender.core import wire
 
 CASES = {

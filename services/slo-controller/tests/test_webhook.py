@@ -1,5 +1,5 @@
 """The admission webhook over HTTP, with AdmissionReview requests built from the real fixtures
-in shared/fixtures/k8s (the fuzzed AdmissionReview envelope, the website example Pods)."""
+in koordcommon.testing.fixtures (the fuzzed AdmissionReview envelope, the website example Pods)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import jsonpatch
 import pytest
 import yaml
 from cryptography import x509
-from koordcommon.paths import fixtures_dir
+from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.testing.net import free_port
 from slo_controller.certs import generate
 from slo_controller.config_source import load_documents
@@ -29,8 +29,6 @@ SPARK_LABEL = "sparkoperator.k8s.io/launched-by-spark-operator"
 
 def fixture(name: str):
     d = fixtures_dir()
-    if d is None:
-        pytest.skip("shared fixtures not found (KOORD_SHARED_DIR)")
     text = (d / name).read_text()
     return json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
 

@@ -1,7 +1,7 @@
 """Kubernetes `resource.Quantity`: exact parse and canonical print (apimachinery semantics).
 
 Values are kept exactly as `Fraction`s; the rules are apimachinery's `ParseQuantity` and
-`CanonicalizeBytes` (see shared/reference/k8s-protocols.md section 4):
+`CanonicalizeBytes` (apimachinery pkg/api/resource/quantity.go):
 
 * parse: optional sign, digits with an optional fraction, then a suffix (`Ki`..`Ei`, `n`..`E`,
   or `e<int>` / `E<int>`); non-zero magnitudes are rounded *up* to a multiple of 1n; BinarySI
