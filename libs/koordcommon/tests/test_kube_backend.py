@@ -20,12 +20,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
-from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.cluster import ClusterPort, EvictionOutcome, open_cluster
 from koordcommon.cluster.kube import KubeApiError, KubeCluster
 from koordcommon.crds import CRDS
 from koordcommon.kube_codec import parse_time_ms
 from koordcommon.records import ContainerSpec, OwnerRef, PodRecord
+from koordcommon.testing.fixtures import fixtures_dir
 
 GI = 2**30
 TOKEN = "t0ken-abc"

@@ -7,7 +7,6 @@ import json
 
 import pytest
 import yaml
-from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.kube_codec import (
     format_time_ms,
     node_from_k8s,
@@ -18,6 +17,7 @@ from koordcommon.kube_codec import (
 )
 from koordcommon.model import KubeQoS, PriorityClass, QoSClass
 from koordcommon.records import ContainerSpec, NodeRecord, OwnerRef, PodRecord, Taint
+from koordcommon.testing.fixtures import fixtures_dir
 
 GI = 2**30
 

@@ -6,7 +6,6 @@ import json
 from fractions import Fraction
 
 import pytest
-from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.quantity import (
     BinarySI,
     DecimalExponent,
@@ -19,6 +18,7 @@ from koordcommon.quantity import (
     parse_quantity,
     parse_resource_list,
 )
+from koordcommon.testing.fixtures import fixtures_dir
 
 
 def _load_cases() -> dict:

@@ -9,8 +9,8 @@ import time
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request, Response
-from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.records import ContainerSpec, NodeRecord, PodRecord
+from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.testing.net import free_port
 from koordsim.cluster import SimCluster, SimSpec
 from koordsim.scheduler import ExtenderError, ExtenderScheduler, _go_json, extender_args

@@ -17,10 +17,10 @@ import yaml
 from descheduler.core import migration as mig
 from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, MigrationOptions, NodePool
 from descheduler.loop import Descheduler
-from koordcommon.testing.fixtures import fixtures_dir
 from koordcommon.cluster.kube import KubeCluster
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetric, PodMetric
+from koordcommon.testing.fixtures import fixtures_dir
 
 GI = 1 << 30
 RS = "zk-5d4f8b9c7"
