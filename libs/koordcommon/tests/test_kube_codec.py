@@ -425,70 +425,22 @@ def test_node_to_k8s():
 POD_FIXTURES = ["core.v1.Pod.json", "extended-resource-pod.yaml", "high-priority-pod.yaml", "cpu-request-limit.yaml"]
 
 
-def _decoded(fn, arg):
-    try:
-        return fn(arg)
-    except ValueError as exc:
-        return ("ValueError", str(exc))
-
-
-def _variants(obj, rng):
-    """Copies of a pod with one field dropped, nulled or given a value of another JSON type."""
-    paths_ = []
-
-    def walk(node, path):
-        if isinstance(node, dict):
-            for k, v in node.items():
-                paths_.append((*path, k))
-                walk(v, (*path, k))
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                paths_.append((*path, i))
-                walk(v, (*path, i))
-
-    walk(obj, ())
-    odd = [None, 7, 2.5, True, "x", "-1.5.3", "2008-13-45", [], {}, [1], {"k": 1}]
-    for path in rng.sample(paths_, min(len(paths_), 60)):
-        for change in ("drop", *rng.sample(odd, 3)):
-            v = copy.deepcopy(obj)
-            parent = v
-            for key in path[:-1]:
-                parent = parent[key]
-            if change == "drop":
-                if isinstance(parent, dict):
-                    del parent[path[-1]]
-                else:
-                    parent.pop(path[-1])
-            else:
-                parent[path[-1]] = change
-            yield v
-
-
-@pytest.mark.parametrize("name", POD_FIXTURES)
-def test_pod_from_json_decodes_as_pod_from_k8s(name, monkeypatch):
-    import random
-
-    import orjson
+def test_pod_conditions_date_scheduling_and_initialization():
     from koordcommon import kube_codec
 
-    obj = _fixture(name)
-    if not name.endswith(".json"):
-        obj = json.loads(json.dumps(obj, default=str))
-    tolerant = []
-    real = kube_codec.pod_from_k8s
-
-    def counting(o):
-        tolerant.append(o)
-        return real(o)
-
-    monkeypatch.setattr(kube_codec, "pod_from_k8s", counting)
-    assert kube_codec.pod_from_json(orjson.dumps(obj)) == real(obj)
-    assert tolerant == []  # the API's own types take the fast way
-    rng = random.Random(name)
-    for variant in [obj, *_variants(obj, rng)]:
-        raw = orjson.dumps(variant)
-        assert _decoded(kube_codec.pod_from_json, raw) == _decoded(real, variant), variant
-    assert tolerant  # some variants strayed from the API's types
-    kind, message = _decoded(kube_codec.pod_from_json, b"{not json")
-    assert kind == "ValueError" and message.startswith("pod is not valid JSON: unexpected character")
-    assert _decoded(kube_codec.pod_from_json, b"[]") == ("ValueError", "pod must be a JSON object, got list")
+    obj = {
+        "metadata": {"name": "p"},
+        "status": {
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": "2023-11-14T22:13:30Z"},
+                {"type": "Ready", "status": "False", "lastTransitionTime": "2023-11-14T22:13:40Z"},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2023-11-14T22:13:20Z"},
+            ]
+        },
+    }
+    pod = kube_codec.pod_from_k8s(obj)
+    assert (pod.scheduled_ms, pod.initialized_ms) == (1_700_000_000_000, 1_700_000_010_000)
+    assert kube_codec.pod_from_k8s(kube_codec.pod_to_k8s(pod)).initialized_ms == 1_700_000_010_000
+    pending = kube_codec.pod_from_k8s({"metadata": {"name": "q"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "lastTransitionTime": "2023-11-14T22:13:20Z"}]}})
+    assert (pending.scheduled_ms, pending.initialized_ms) == (None, None)

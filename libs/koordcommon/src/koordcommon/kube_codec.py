@@ -11,9 +11,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
-import orjson
-
 from .quantity import QuantityError, format_resource_list, parse_resource_list
 from .records import ContainerSpec, NodeRecord, OwnerRef, PodRecord, ResourceList, Taint
 
@@ -190,145 +187,19 @@ def pod_from_k8s(obj: dict[str, Any]) -> PodRecord:
         start_ms=parse_time_ms(status.get("startTime"), f"pod {name}: status.startTime"),
         deletion_ms=parse_time_ms(meta.get("deletionTimestamp"), f"pod {name}: metadata.deletionTimestamp"),
         resource_version=_str(meta.get("resourceVersion")),
+        scheduled_ms=_condition_time(status, "PodScheduled", name),
+        initialized_ms=_condition_time(status, "Initialized", name),
     )
 
 
-# pods from JSON bytes --------------------------------------------------------------------
-# The same PodRecord as pod_from_k8s(orjson.loads(raw)), decoded by msgspec straight from the
-# bytes: only the fields a record keeps become Python objects, where a general decode builds
-# every field of the pod (images, env, probes, mounts). The names and types below are the API's; a
-# pod that strays from them (a null label, a number where a string belongs) is decoded by
-# pod_from_k8s instead, which gives the tolerant result or the error.
-
-Quantities = dict[str, str | int | float]
-
-
-class _Owner(msgspec.Struct):
-    kind: str = ""
-    name: str = ""
-    uid: str = ""
-    apiVersion: str = ""
-    controller: bool | None = None
-
-
-class _Meta(msgspec.Struct):
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-    ownerReferences: list[_Owner] | None = None
-    creationTimestamp: str | None = None
-    deletionTimestamp: str | None = None
-    resourceVersion: str = ""
-
-
-class _Requirements(msgspec.Struct):
-    requests: Quantities | None = None
-    limits: Quantities | None = None
-
-
-class _Container(msgspec.Struct):
-    name: str = ""
-    resources: _Requirements | None = None
-
-
-class _Spec(msgspec.Struct):
-    nodeName: str = ""
-    priority: int | None = None
-    priorityClassName: str = ""
-    preemptionPolicy: str = ""
-    schedulerName: str = ""
-    containers: list[_Container] | None = None
-    initContainers: list[_Container] | None = None
-    overhead: Quantities | None = None
-    volumes: list[dict[str, msgspec.Raw]] | None = None  # only the keys (the source kinds) matter
-
-
-class _ContainerStatus(msgspec.Struct):
-    name: str = ""
-    containerID: str = ""
-
-
-class _Status(msgspec.Struct):
-    phase: str = ""
-    qosClass: str = ""
-    startTime: str | None = None
-    initContainerStatuses: list[_ContainerStatus] | None = None
-    containerStatuses: list[_ContainerStatus] | None = None
-
-
-class _Pod(msgspec.Struct):
-    metadata: _Meta | None = None
-    spec: _Spec | None = None
-    status: _Status | None = None
-
-
-_POD = msgspec.json.Decoder(_Pod)
-_NO_META, _NO_SPEC, _NO_STATUS = _Meta(), _Spec(), _Status()
-
-
-def _containers(items: list[_Container] | None) -> list[ContainerSpec]:
-    out = []
-    for c in items or ():
-        r = c.resources
-        if r is None:
-            out.append(ContainerSpec(c.name, {}, {}))
-        else:
-            out.append(ContainerSpec(c.name, parse_resource_list(r.requests), parse_resource_list(r.limits)))
-    return out
-
-
-def pod_from_json(raw: bytes | str) -> PodRecord:
-    """A v1 Pod as JSON bytes to a PodRecord: pod_from_k8s of the decoded object, faster."""
-    pod = _typed_pod(raw)
-    if pod is not None:
-        return pod
-    try:  # not the API's types, or a value that does not parse: the tolerant path decides
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"pod is not valid JSON: {exc}") from None
-    return pod_from_k8s(obj)
-
-
-def _typed_pod(raw: bytes | str) -> PodRecord | None:
-    """The record of a pod that keeps to the API's types; None for any other input."""
-    try:
-        pod = _POD.decode(raw)
-        meta, spec, status = pod.metadata or _NO_META, pod.spec or _NO_SPEC, pod.status or _NO_STATUS
-        ids: dict[str, str] = {}
-        for statuses in (status.initContainerStatuses, status.containerStatuses):
-            for cs in statuses or ():
-                if cs.name and cs.containerID:
-                    ids[cs.name] = cs.containerID
-        return PodRecord(
-            namespace=meta.namespace or DEFAULT_NAMESPACE,
-            name=meta.name,
-            uid=meta.uid,
-            node_name=spec.nodeName or None,
-            labels=meta.labels or {},
-            annotations=meta.annotations or {},
-            owners=[
-                OwnerRef(o.kind, o.name, o.uid, o.apiVersion, o.controller is True) for o in meta.ownerReferences or ()
-            ],
-            priority=spec.priority,
-            priority_class_name=spec.priorityClassName,
-            preemption_policy=spec.preemptionPolicy or None,
-            scheduler_name=spec.schedulerName or DEFAULT_SCHEDULER,
-            phase=status.phase or "Pending",
-            containers=_containers(spec.containers),
-            init_containers=_containers(spec.initContainers),
-            overhead=parse_resource_list(spec.overhead),
-            kube_qos=status.qosClass or None,
-            volume_kinds=[k for vol in spec.volumes or () for k, v in vol.items() if k != "name" and v != b"null"],
-            container_ids=ids,
-            created_ms=parse_time_ms(meta.creationTimestamp) or 0,
-            start_ms=parse_time_ms(status.startTime),
-            deletion_ms=parse_time_ms(meta.deletionTimestamp),
-            resource_version=meta.resourceVersion,
-        )
-    except (msgspec.DecodeError, ValueError, TypeError):
-        return None
+def _condition_time(status: dict[str, Any], kind: str, pod: str) -> int | None:
+    """lastTransitionTime of the pod's `kind` condition when it is True (Koordinator's load-aware
+    cache dates a pod's assignment by PodScheduled and its estimation window by Initialized)."""
+    for cond in _list(status.get("conditions")):
+        cond = _dict(cond)
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return parse_time_ms(cond.get("lastTransitionTime"), f"pod {pod}: status.conditions[{kind}]")
+    return None
 
 
 def _container_to_k8s(c: ContainerSpec) -> dict[str, Any]:
@@ -391,6 +262,11 @@ def pod_to_k8s(pod: PodRecord) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": pod.phase, "qosClass": pod.kube_qos or pod.computed_kube_qos().value}
     if pod.start_ms is not None:
         status["startTime"] = format_time_ms(pod.start_ms)
+    conditions = [(kind, ms) for kind, ms in (("PodScheduled", pod.scheduled_ms), ("Initialized", pod.initialized_ms)) if ms]
+    if conditions:
+        status["conditions"] = [
+            {"type": kind, "status": "True", "lastTransitionTime": format_time_ms(ms)} for kind, ms in conditions
+        ]
     init_names = {c.name for c in pod.init_containers}
     for name, cid in pod.container_ids.items():
         key = "initContainerStatuses" if name in init_names else "containerStatuses"

@@ -75,6 +75,8 @@ class PodRecord:
     start_ms: int | None = None
     deletion_ms: int | None = None
     resource_version: str = ""
+    scheduled_ms: int | None = None  # the PodScheduled condition turned True (bound)
+    initialized_ms: int | None = None  # the Initialized condition turned True (init containers done)
 
     @property
     def key(self) -> str:
