@@ -276,3 +276,79 @@ def test_score_prefers_less_loaded_and_orders_like_usage():
     assert raw.tolist() == sorted(raw.tolist(), reverse=True)
     assert mapped.tolist() == sorted(mapped.tolist(), reverse=True)
     assert mapped[0] == 10 and len(set(mapped.tolist())) == 5
+
+
+# --------------------------------------------------------------------------- Koordinator parity
+
+
+def test_node_aggregated_usage_annotation_turns_the_aggregated_filter_on():
+    """The extender's arguments configure no aggregated filter; the node's annotation does."""
+    aggs = [AggregatedUsage(duration_s=300, p95=Resources(17000, 8 * Gi)), AggregatedUsage(duration_s=1800, p95=Resources(30000, 8 * Gi))]
+    st = make_state()
+    on = '{"aggregatedUsage":{"usageThresholds":{"cpu":60},"usageAggregationType":"p95","usageAggregatedDuration":"5m"}}'
+    half = '{"aggregatedUsage":{"usageThresholds":{"cpu":60}}}'  # no type: ignored, as in Koordinator
+    st.apply_node(node("n", annotations={"scheduling.koordinator.sh/usage-thresholds": on}))
+    st.apply_node(node("m", annotations={"scheduling.koordinator.sh/usage-thresholds": half}))
+    for name in ("n", "m"):
+        st.apply_metric(metric(name, 8000, 8 * Gi, aggregated_node_usages=aggs))
+    # n: p95 over 5 min (17000 + 3400) / 32000 = 63.75 -> 64 > 60; m: plain (8000 + 3400) -> 36 <= 65
+    assert reason(st, name="n") == "node(s) cpu aggregated usage exceed threshold"
+    assert reason(st, name="m") == "pass"
+    longest = '{"aggregatedUsage":{"usageThresholds":{"cpu":90},"usageAggregationType":"p95"}}'
+    st.apply_node(node("n", annotations={"scheduling.koordinator.sh/usage-thresholds": longest}))
+    # no duration: the longest window with data, 30 min: (30000 + 3400) / 32000 = 104 % > 90
+    assert reason(st, name="n") == "node(s) cpu aggregated usage exceed threshold"
+
+
+def test_metric_with_unknown_update_time_counts_as_expired():
+    st = make_state()
+    st.apply_node(node("n"))
+    st.apply_metric(metric("n", 1000, Gi, ts=0))
+    assert reason(st) == EXPIRED
+    scores = score_nodes(st, st.pod_info(INCOMING), ["n"])
+    assert scores.outcome.total.tolist() == [NO_SCORE]
+
+
+@pytest.mark.parametrize(
+    "allow, annotation, expected",
+    [
+        # LS pod, requests 4 cores / 8Gi, no limits; factors cpu 80, memory 80 (Koordinator's test)
+        (False, None, Resources(3200, 6871947674)),
+        (False, '{"cpu": 100}', Resources(3200, 6871947674)),  # not allowed: the annotation is ignored
+        (True, '{"cpu": 100}', Resources(4000, 6871947674)),
+        (True, "{oops", Resources(3200, 6871947674)),
+    ],
+)
+def test_per_pod_estimation_override(allow, annotation, expected):
+    from scheduler_extender.core.estimator import EstimatorArgs
+
+    st = make_state(ExtenderConfig(estimator=EstimatorArgs(80, 80, allow_customize=allow)))
+    annotations = {"scheduling.koordinator.sh/load-estimated-scaling-factors": annotation} if annotation else {}
+    p = pod("ls", 4000, 8 * Gi, priority=9999, annotations=annotations)
+    assert st.pod_info(p).estimate == expected
+
+
+@pytest.mark.parametrize(
+    "after_initialized, after_scheduled, annotation, expected_cpu",
+    [
+        (None, None, None, 10000),  # reported long ago: its usage is in the node's already
+        (300, None, None, 10000 + 2400),  # initialized 100 s before the metric: estimate counts in full
+        (60, None, None, 10000),  # that window ended before the metric
+        (None, 600, None, 10000),  # scheduled 700 s before the metric: 600 s window over
+        (None, 900, None, 10000 + 2400),
+        (None, None, "300", 10000),  # annotations count only when customisation is allowed
+    ],
+)
+def test_estimation_windows(after_initialized, after_scheduled, annotation, expected_cpu):
+    args = LoadAwareArgs(
+        estimated_seconds_after_initialized=after_initialized, estimated_seconds_after_pod_scheduled=after_scheduled
+    )
+    st = make_state(ExtenderConfig(load=args))
+    st.apply_node(node("n"))
+    p = guaranteed("p1", 4000, 8 * Gi, node="n", start_ms=T0 - 700_000)
+    p.scheduled_ms, p.initialized_ms = T0 - 700_000, T0 - 100_000
+    if annotation:
+        p.annotations["scheduling.koordinator.sh/load-estimated-seconds-after-initialized"] = annotation
+    st.apply_pod(p, initial=True)
+    st.apply_metric(metric("n", 10000, 8 * Gi, pods=[pod_metric("p1", 1000, Gi)]))
+    assert st.plugin(LOAD_AWARE).load(st.view("n")).exist.cpu_milli == expected_cpu

@@ -40,6 +40,10 @@ class Settings(ServiceSettings):
     dominant_resource_weight: int = Field(0, ge=0, le=100)
     estimated_scaling_factors: dict[str, int] = Field(default_factory=lambda: {"cpu": 85, "memory": 70})
     estimated_seconds_after_pod_scheduled: int | None = None
+    estimated_seconds_after_initialized: int | None = None
+    allow_customize_estimation: bool = Field(
+        False, description="pod annotations may override the estimation (scaling factors, estimation windows)"
+    )
     aggregated_usage_thresholds: dict[str, int] = Field(default_factory=dict)
     usage_aggregation_type: str = ""
     usage_aggregated_duration_seconds: int = 0
@@ -136,6 +140,7 @@ class Settings(ServiceSettings):
                 memory_weight=weights.get("memory", 0),
                 dominant_resource_weight=self.dominant_resource_weight,
                 estimated_seconds_after_pod_scheduled=self.estimated_seconds_after_pod_scheduled,
+                estimated_seconds_after_initialized=self.estimated_seconds_after_initialized,
                 aggregated=AggregatedArgs(
                     usage_thresholds=_thresholds(self.aggregated_usage_thresholds),
                     usage_aggregation_type=self.usage_aggregation_type,
@@ -144,7 +149,9 @@ class Settings(ServiceSettings):
                     score_aggregated_duration_s=self.score_aggregated_duration_seconds,
                 ),
             ),
-            estimator=EstimatorArgs(cpu_factor=factors["cpu"], memory_factor=factors["memory"]),
+            estimator=EstimatorArgs(
+                cpu_factor=factors["cpu"], memory_factor=factors["memory"], allow_customize=self.allow_customize_estimation
+            ),
             use_profiles=self.use_profiles,
             score_mapping=self.score_mapping,
             score_min_span=self.score_min_span,

@@ -5,6 +5,10 @@ estimatedScalingFactors cpu 85 %, memory 70 %; a pod that asks nothing counts as
 The resource looked at follows the pod's priority class (batch pods ask `batch-cpu`, mid pods
 `mid-cpu`), so a batch pod with `koordinator.sh/batch-cpu: 4000` estimates 3400 milli-cores.
 
+Per pod (Koordinator's `allowCustomizeEstimation`): the annotation
+`scheduling.koordinator.sh/load-estimated-scaling-factors` (JSON `{"cpu": 100}`) overrides the
+factors it names; the others come from the arguments. Without the setting it is ignored.
+
 Profile-aware: when the recommender published a usage profile for the pod's workload and it
 covers every container, the estimate is the profile's percentile (capped at the limit);
 otherwise it falls back to the default per resource.
@@ -12,8 +16,9 @@ otherwise it falls back to the default per resource.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import orjson
 from koordcommon import resources as rn
 from koordcommon.model import PriorityClass
 from koordcommon.records import PodRecord, ResourceList
@@ -23,10 +28,40 @@ DEFAULT_CPU_MILLI = 250
 DEFAULT_MEMORY_BYTES = 200 * 1024 * 1024
 
 
+ANNOTATION_SCALING_FACTORS = "scheduling.koordinator.sh/load-estimated-scaling-factors"
+
+
 @dataclass(frozen=True, slots=True)
 class EstimatorArgs:
     cpu_factor: int = 85  # percent
     memory_factor: int = 70
+    allow_customize: bool = False  # allowCustomizeEstimation: pod annotations may override
+
+
+def _annotation_json(pod: PodRecord, key: str) -> dict | None:
+    raw = pod.annotations.get(key)
+    if not raw:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None  # a malformed annotation overrides nothing
+    return value if isinstance(value, dict) else None
+
+
+def pod_args(pod: PodRecord, args: EstimatorArgs) -> EstimatorArgs:
+    """The factors for `pod`: its scaling-factors annotation over the arguments, when allowed."""
+    if not args.allow_customize:
+        return args
+    custom = _annotation_json(pod, ANNOTATION_SCALING_FACTORS)
+    if not custom:
+        return args
+
+    def factor(key: str, default: int) -> int:
+        v = custom.get(key)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else default
+
+    return replace(args, cpu_factor=factor("cpu", args.cpu_factor), memory_factor=factor("memory", args.memory_factor))
 
 
 def _round_percent(value: int, percent: int) -> int:
@@ -64,7 +99,7 @@ def _estimate_one(requests: ResourceList, limits: ResourceList, kind: str, cls: 
 
 
 def estimate_pod(pod: PodRecord, args: EstimatorArgs = EstimatorArgs()) -> Resources:
-    return estimate_requests(pod.requests(), pod.limits(), pod.priority_class, args)
+    return estimate_requests(pod.requests(), pod.limits(), pod.priority_class, pod_args(pod, args))
 
 
 def estimate_requests(

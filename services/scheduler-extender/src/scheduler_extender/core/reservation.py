@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from koordcommon.durations import DurationError, parse_duration_ms
 from koordcommon.kube_codec import parse_time_ms, pod_from_k8s
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import PodRecord
@@ -139,33 +140,19 @@ def required_reservation(pod: PodRecord) -> dict[str, Any] | None:
 
 
 def _duration_ms(v: Any) -> int | None:
-    """A Go duration string (`24h`, `30m`, `1h30m`, `90s`, `0`) in milliseconds."""
+    """A Go duration string (`24h`, `30m`, `1h30m`, `90s`, `0`), or a number of seconds, in ms."""
     if v is None:
         return None
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return int(v * 1000)
     if not isinstance(v, str):
         raise TypeError(f"ttl {v!r} is not a duration")
-    units = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
-    total, num, i = 0.0, "", 0
-    text = v.strip()
-    if text in ("0", ""):
+    if not v.strip():
         return 0
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or ch == ".":
-            num += ch
-            i += 1
-            continue
-        unit = "ms" if text.startswith("ms", i) else ch
-        if unit not in units or not num:
-            raise ValueError(f"ttl {v!r} is not a duration")
-        total += float(num) * units[unit]
-        num = ""
-        i += len(unit)
-    if num:
-        raise ValueError(f"ttl {v!r} is not a duration (missing unit)")
-    return int(total)
+    try:
+        return parse_duration_ms(v)
+    except DurationError as exc:
+        raise ValueError(f"ttl: {exc}") from None
 
 
 def _resources(lst: dict[str, int]) -> Resources:

@@ -25,9 +25,9 @@ from koordcommon.workload import workload_of
 
 from . import plugins as registry
 from . import reservation as rsv
-from .estimator import EstimatorArgs, WorkloadProfile, estimate_pod_with_profile, estimate_requests
+from .estimator import EstimatorArgs, WorkloadProfile, estimate_pod_with_profile, estimate_requests, pod_args
 from .framework import AssignedPod, NodeView, Plugin, PodInfo
-from .plugins.loadaware import LoadAwareArgs
+from .plugins.loadaware import LoadAwareArgs, estimation_deadline
 
 ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 
@@ -150,7 +150,7 @@ class ClusterState:
             profile = self.profiles.get(workload_of(pod))
             if profile is not None:
                 return estimate_pod_with_profile(pod, profile, self.config.estimator)
-        return estimate_requests(requests, pod.limits(), cls, self.config.estimator)
+        return estimate_requests(requests, pod.limits(), cls, pod_args(pod, self.config.estimator))
 
     # ------------------------------------------------------------------ feeds
 
@@ -198,7 +198,9 @@ class ClusterState:
         if prev_node is not None and prev_node != pod.node_name:
             self._drop(key, prev_node)
         old = self.assigned.get(pod.node_name, {}).get(key)
-        if old is not None and (not old.assumed or (assumed is not None and assumed.node == pod.node_name)):
+        if pod.scheduled_ms:  # Koordinator dates the assignment by the PodScheduled condition
+            assigned_ms = pod.scheduled_ms
+        elif old is not None and (not old.assumed or (assumed is not None and assumed.node == pod.node_name)):
             assigned_ms = old.assigned_ms
         elif initial:
             assigned_ms = pod.start_ms or pod.created_ms or now
@@ -207,12 +209,10 @@ class ClusterState:
         if assumed is not None and assumed.node != pod.node_name:
             self._drop(key, assumed.node)
         info = self.pod_info(pod)
-        secs = self.config.load.estimated_seconds_after_pod_scheduled
         self.pods[key] = pod
         self.pod_node[key] = pod.node_name
-        self.assigned.setdefault(pod.node_name, {})[key] = self._assigned(
-            info, assigned_ms, deadline_ms=assigned_ms + secs * 1000 if secs else None
-        )
+        deadline = estimation_deadline(pod, assigned_ms, self.config.load, self.config.estimator.allow_customize)
+        self.assigned.setdefault(pod.node_name, {})[key] = self._assigned(info, assigned_ms, deadline_ms=deadline)
         if key not in self.pod_reservation:
             self._consume_reservation(pod, info)
         self.refresh(pod.node_name)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from koordcommon.durations import DurationError, parse_duration_ms
 from koordcommon.model import is_prod
 from koordcommon.resources import ZERO, Resources
 from koordcommon.schemas import NodeMetric
@@ -87,7 +88,35 @@ class LoadAwareArgs:
     memory_weight: int = 1
     dominant_resource_weight: int = 0
     estimated_seconds_after_pod_scheduled: int | None = None
+    estimated_seconds_after_initialized: int | None = None
     aggregated: AggregatedArgs = AggregatedArgs()
+
+
+ANNOTATION_SECONDS_AFTER_SCHEDULED = "scheduling.koordinator.sh/load-estimated-seconds-after-pod-scheduled"
+ANNOTATION_SECONDS_AFTER_INITIALIZED = "scheduling.koordinator.sh/load-estimated-seconds-after-initialized"
+
+
+def _seconds(pod, annotation: str, configured: int | None, allow_customize: bool) -> int:
+    """A pod's estimation window: its annotation when customisation is allowed, else the setting."""
+    if allow_customize and (raw := pod.annotations.get(annotation)):
+        try:
+            return max(int(raw), 0)
+        except ValueError:
+            pass  # a malformed annotation overrides nothing
+    return configured or 0
+
+
+def estimation_deadline(pod, assigned_ms: int, args: LoadAwareArgs, allow_customize: bool = False) -> int | None:
+    """Until when a pod's estimate counts in full whatever its metric says (Koordinator's
+    estimatedDeadline): from its Initialized condition by estimatedSecondsAfterInitialized when
+    set and the pod is initialized, else from its assignment by estimatedSecondsAfterPodScheduled."""
+    after_init = _seconds(pod, ANNOTATION_SECONDS_AFTER_INITIALIZED, args.estimated_seconds_after_initialized, allow_customize)
+    if after_init > 0 and pod.initialized_ms:
+        return pod.initialized_ms + after_init * 1000
+    after_scheduled = _seconds(
+        pod, ANNOTATION_SECONDS_AFTER_SCHEDULED, args.estimated_seconds_after_pod_scheduled, allow_customize
+    )
+    return assigned_ms + after_scheduled * 1000 if after_scheduled > 0 else None
 
 
 # --------------------------------------------------------------------------- a node's existing load
@@ -120,8 +149,13 @@ def _aggregated(metric: NodeMetric, kind: str, duration_s: int) -> Resources | N
     return best[1] if best else None
 
 
-def node_load(metric: NodeMetric | None, pods, args: LoadAwareArgs) -> NodeLoad:
-    """Koordinator's podAssignCache.addPod over every assigned pod, then the existing-load sums."""
+def node_load(
+    metric: NodeMetric | None, pods, args: LoadAwareArgs, filter_aggregation: tuple[str, int] | None = None
+) -> NodeLoad:
+    """Koordinator's podAssignCache.addPod over every assigned pod, then the existing-load sums.
+
+    `filter_aggregation` is the (type, duration) the node's filter judges aggregated usage by,
+    when its profile has one (None: the arguments' own, when configured)."""
     if metric is None:
         return NodeLoad()
     update = metric.update_time_ms
@@ -166,12 +200,14 @@ def node_load(metric: NodeMetric | None, pods, args: LoadAwareArgs) -> NodeLoad:
         return base + node_delta
 
     a = args.aggregated
+    if filter_aggregation is None:
+        filter_aggregation = (a.usage_aggregation_type, a.usage_aggregated_duration_s) if a.filter_enabled else ("", 0)
     return NodeLoad(
         has_metric=True,
         update_ms=update,
         exist=exist,
         prod=prod_usage + prod_delta,
-        agg_filter=agg(a.usage_aggregation_type if a.filter_enabled else "", a.usage_aggregated_duration_s),
+        agg_filter=agg(*filter_aggregation),
         agg_score=agg(a.score_aggregation_type, a.score_aggregated_duration_s),
         pending=pending,
     )
@@ -180,27 +216,58 @@ def node_load(metric: NodeMetric | None, pods, args: LoadAwareArgs) -> NodeLoad:
 # --------------------------------------------------------------------------- per-node thresholds
 
 
-def node_thresholds(annotation: dict | None, args: LoadAwareArgs) -> tuple[Thresholds, Thresholds, Thresholds]:
-    """(usage, prod, aggregated) thresholds of one node: its annotation overrides the args.
+@dataclass(frozen=True, slots=True)
+class NodeProfile:
+    """The thresholds one node is judged by: the arguments, or its annotation's overrides."""
 
-    The annotation is Koordinator's JSON `{"usageThresholds": {"cpu": 70}, "prodUsageThresholds":
-    {...}, "aggregatedUsage": {"usageThresholds": {...}, ...}}`; empty parts keep the args.
+    usage: Thresholds
+    prod: Thresholds
+    aggregated: Thresholds = Thresholds()  # enabled only together with an aggregation type
+    aggregation_type: str = ""
+    aggregated_duration_s: int = 0
+
+
+def node_profile(annotation: dict | None, args: LoadAwareArgs) -> NodeProfile:
+    """Koordinator's node usage-thresholds annotation over the arguments.
+
+    The annotation is `{"usageThresholds": {"cpu": 70}, "prodUsageThresholds": {...},
+    "aggregatedUsage": {"usageThresholds": {...}, "usageAggregationType": "p95",
+    "usageAggregatedDuration": "5m"}}`; empty parts keep the arguments, and `aggregatedUsage`
+    counts only with both thresholds and a type (then it turns the aggregated filter on for this
+    node even when the arguments configure none).
     """
-    usage, prod, agg = args.usage_thresholds, args.prod_usage_thresholds, args.aggregated.usage_thresholds
-    if not annotation:
-        return usage, prod, agg
+    a = args.aggregated
+    if a.filter_enabled:
+        agg = (a.usage_thresholds, a.usage_aggregation_type, a.usage_aggregated_duration_s)
+    else:
+        agg = (Thresholds(), "", 0)
+    usage, prod = args.usage_thresholds, args.prod_usage_thresholds
+    if annotation:
 
-    def read(d, fallback: Thresholds) -> Thresholds:
-        if not isinstance(d, dict) or not d:
-            return fallback
-        return Thresholds(_pct(d.get("cpu")), _pct(d.get("memory")))
+        def read(d, fallback: Thresholds) -> Thresholds:
+            if not isinstance(d, dict) or not d:
+                return fallback
+            return Thresholds(_pct(d.get("cpu")), _pct(d.get("memory")))
 
-    usage = read(annotation.get("usageThresholds"), usage)
-    prod = read(annotation.get("prodUsageThresholds"), prod)
-    agg_part = annotation.get("aggregatedUsage")
-    if isinstance(agg_part, dict):
-        agg = read(agg_part.get("usageThresholds"), agg)
-    return usage, prod, agg
+        usage = read(annotation.get("usageThresholds"), usage)
+        prod = read(annotation.get("prodUsageThresholds"), prod)
+        part = annotation.get("aggregatedUsage")
+        if isinstance(part, dict):
+            thr = read(part.get("usageThresholds"), Thresholds())
+            kind = part.get("usageAggregationType")
+            if thr.enabled and kind in AGGREGATION_TYPES:
+                agg = (thr, kind, _duration_s(part.get("usageAggregatedDuration")))
+    return NodeProfile(usage, prod, *agg)
+
+
+def _duration_s(v) -> int:
+    """A Go duration ("5m"); anything else means "the longest window with data" (0)."""
+    if not isinstance(v, str) or not v:
+        return 0
+    try:
+        return max(parse_duration_ms(v) // 1000, 0)
+    except DurationError:
+        return 0
 
 
 def _pct(v) -> int:
@@ -271,9 +338,9 @@ class LoadAware(ColumnPlugin):
         super().__init__()
         self.args = args or LoadAwareArgs()
 
-    def load(self, view: NodeView) -> NodeLoad:
+    def load(self, view: NodeView, filter_aggregation: tuple[str, int] | None = None) -> NodeLoad:
         """The node's existing load (also what explanations show)."""
-        load = node_load(view.metric, view.pods, self.args)
+        load = node_load(view.metric, view.pods, self.args, filter_aggregation)
         if view.departed_usage != ZERO:
             # Node usage still holds the departed pods' usage; prod usage sums only the pods left.
             load.exist = (load.exist - view.departed_usage).clamp0()
@@ -281,10 +348,9 @@ class LoadAware(ColumnPlugin):
         return load
 
     def row_values(self, view: NodeView) -> list[int]:
-        usage_thr, prod_thr, agg_thr = node_thresholds(_annotation(view), self.args)
-        if not self.args.aggregated.usage_aggregation_type:
-            agg_thr = Thresholds()  # aggregated thresholds mean nothing without an aggregation type
-        return self.row_from(self.load(view), usage_thr, prod_thr, agg_thr, view.allocatable)
+        p = node_profile(_annotation(view), self.args)
+        load = self.load(view, (p.aggregation_type, p.aggregated_duration_s))
+        return self.row_from(load, p.usage, p.prod, p.aggregated if p.aggregation_type else Thresholds(), view.allocatable)
 
     def row_from(
         self, load: NodeLoad, usage_thr: Thresholds, prod_thr: Thresholds, agg_thr: Thresholds, allocatable: Resources
@@ -300,7 +366,9 @@ class LoadAware(ColumnPlugin):
         if load.has_metric:
             lim = limits(load.agg_filter, agg_thr) if agg_thr.enabled else limits(load.exist, usage_thr)
             plim = limits(load.prod, prod_thr) if prod_thr.enabled else lim
-            expire_at = valid_until = load.update_ms + args.node_metric_expiration_s * 1000
+            # a metric whose update time is unknown counts as expired (Koordinator: updateTime nil)
+            known = load.update_ms > 0
+            expire_at = valid_until = load.update_ms + args.node_metric_expiration_s * 1000 if known else -NEVER
         else:  # load awareness is skipped for a node without a NodeMetric, as in Koordinator
             lim = plim = (NEVER, NEVER)
             expire_at, valid_until = NEVER, -NEVER
