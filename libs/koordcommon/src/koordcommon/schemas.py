@@ -285,11 +285,22 @@ class ResourceThresholdStrategy(Payload):
     cpuEvictBESatisfactionLowerPercent: int | None = None
     cpuEvictBEUsageThresholdPercent: int | None = None  # 90 when unset
     cpuEvictTimeWindowSeconds: int | None = None
+    cpuSuppressMinPercent: int | None = None  # floor of BE cpu under suppress, % of capacity
+    cpuEvictThresholdPercent: int | None = None  # CPUEvict: node cpu usage %
+    cpuEvictLowerPercent: int | None = None  # threshold - 2 when unset
+    cpuAllocatableEvictThresholdPercent: int | None = None  # CPUAllocatableEvict: batch/mid requested %
+    cpuAllocatableEvictLowerPercent: int | None = None
+    memoryAllocatableEvictThresholdPercent: int | None = None  # MemoryAllocatableEvict
+    memoryAllocatableEvictLowerPercent: int | None = None
+    evictEnabledPriorityThreshold: int | None = None  # CPUEvict / MemoryEvict: highest priority evicted
+    allocatableEvictPriorityThreshold: int | None = None  # *AllocatableEvict: highest priority evicted (<= 7999)
 
 
 class CPUQOS(Payload):
     enable: bool = False
     groupIdentity: int | None = None
+    schedIdle: int | None = None  # cpuPolicy coreSched only
+    coreExpeller: bool | None = None  # cpuPolicy coreSched only
 
 
 class MemoryQOS(Payload):
@@ -303,11 +314,19 @@ class MemoryQOS(Payload):
     priorityEnable: int = 0
     priority: int = 0
     oomKillGroup: int = 0
+    pageCacheEnable: bool | None = None
+    pageCacheLimitPercent: int | None = None
+    pageCacheLimitSize: int | None = None
+    pageCacheReclaimSync: bool | None = None
 
 
 class ResourceQOS(Payload):
     cpuQOS: CPUQOS = CPUQOS()
     memoryQOS: MemoryQOS = MemoryQOS()
+    # accepted so a Koordinator config parses; the node-agent reports them as not supported when enabled
+    blkioQOS: dict[str, Any] | None = None
+    resctrlQOS: dict[str, Any] | None = None
+    networkQOS: dict[str, Any] | None = None
 
 
 def _qos(gi: int, wmark_ratio: int, permill: int, min_adj: int) -> ResourceQOS:
@@ -323,6 +342,7 @@ class ResourceQOSStrategy(Payload):
     lsClass: ResourceQOS = Field(default_factory=lambda: _qos(2, 95, 20, -25))
     beClass: ResourceQOS = Field(default_factory=lambda: _qos(-1, 95, 20, 50))
     systemClass: ResourceQOS = Field(default_factory=lambda: _qos(0, 0, 50, 0))
+    cgroupRoot: ResourceQOS | None = None
 
 
 class CPUBurstStrategy(Payload):
@@ -333,10 +353,41 @@ class CPUBurstStrategy(Payload):
     sharePoolThresholdPercent: int = 50
 
 
+class SystemStrategy(Payload):
+    """Node-wide kernel settings (sysctls); every field unset by default."""
+
+    minFreeKbytesFactor: int | None = None
+    watermarkScaleFactor: int | None = None
+    memcgReapBackGround: int | None = None
+    schedGroupIdentityEnabled: int | None = None
+    schedIdleSaverWmark: int | None = None
+    schedFeatures: dict[str, bool] | None = None
+    pageCacheLimitEnabled: int | None = None
+    totalNetworkBandwidth: str | int | None = None  # a Quantity
+
+
+class CgroupPath(Payload):
+    base: str = ""  # "" / CgroupRoot | Kubepods | KubepodsBurstable | KubepodsBesteffort
+    parentDir: str = ""
+    relativePath: str = ""
+
+
+class HostApplicationSpec(Payload):
+    """A process outside any pod that QoS and the batch formula account for."""
+
+    name: str = ""
+    priority: str = ""  # koord-prod | koord-mid | koord-batch | koord-free | "" (none)
+    qos: str = ""  # SYSTEM | LSE | LSR | LS | BE | "" (none)
+    cgroupPath: CgroupPath | None = None
+    strategy: dict[str, Any] | None = None
+
+
 class NodeSLOSpec(Payload):
     resourceUsedThresholdWithBE: ResourceThresholdStrategy = ResourceThresholdStrategy()
     resourceQOSStrategy: ResourceQOSStrategy = ResourceQOSStrategy()
     cpuBurstStrategy: CPUBurstStrategy = CPUBurstStrategy()
+    systemStrategy: SystemStrategy | None = None
+    hostApplications: list[HostApplicationSpec] = []
     extensions: dict[str, Any] = {}
 
 
