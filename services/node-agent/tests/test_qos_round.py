@@ -108,3 +108,28 @@ def test_strategies_import_no_io():
             for name in names:
                 assert not any(name == f or name.startswith(f + ".") for f in FORBIDDEN), (path.name, name)
         assert "open(" not in path.read_text(), path.name
+
+
+async def test_simulated_cgroups_hold_best_effort_pods_to_what_the_round_grants():
+    """Suppress leaves BE 2 CPUs (the floor): the two BE pods asking 1.5 cores each run 1 core
+    each, and the node's usage loses what they could not run."""
+    cluster = SimCluster(SimSpec(nodes=1, seed=3, speed=0, start_ms=T0, node_cpu_cores=16, online_pods_per_node=1))
+    await cluster.start()
+    await cluster.create_pod(be_pod("be-a", 5500, 2000))
+    await cluster.create_pod(be_pod("be-b", 5100, 3000))
+    node = await cluster.get_node(NODE)
+    nq = NodeQoS.simulated_node(NODE, node.capacity_resources(), T0, cluster=cluster)
+    nq.slo = slo()
+    pods = [PodInfo.from_record(p) for p in await cluster.list_pods(node_name=NODE)]
+    r = usage(pods)
+    before = r.node[0]
+    state = nq.state(T0, node.capacity_resources(), node.allocatable_resources(), pods, r)
+    await nq.round(state)
+    nq.enforce(state, r)
+    be = [r.pods[p.uid][0] for p in pods if p.namespace == "batch"]
+    assert be == [1000.0, 1000.0]
+    assert r.node[0] == before - 1000  # 3000 asked, 2000 granted
+    # within the grant nothing changes
+    r2 = NodeRound(node=(1000.0, 0.0), pods={p.uid: (500.0, 0.0) for p in pods if p.namespace == "batch"})
+    nq.enforce(state, r2)
+    assert r2.node == (1000.0, 0.0) and all(c == 500.0 for c, _ in r2.pods.values())

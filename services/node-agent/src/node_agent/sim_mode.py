@@ -101,6 +101,13 @@ class SimAgent:
         return self._pods_by_node.get(node, [])
 
     def collect(self, t_ms: int) -> dict[str, NodeRound]:
+        """Measure and record one round (no QoS in between)."""
+        rounds = self.measure(t_ms)
+        self.record(t_ms, rounds)
+        return rounds
+
+    def measure(self, t_ms: int) -> dict[str, NodeRound]:
+        """What every node's pods ask for at t_ms, from the simulated cluster's usage model."""
         rounds: dict[str, NodeRound] = {}
         uid_of = self._uid_of
         for name in self.reporter.node_names():
@@ -112,18 +119,23 @@ class SimAgent:
             rounds[name] = NodeRound(
                 node=(float(snap.node_usage.cpu_milli), float(snap.node_usage.memory_bytes)), pods=pods
             )
+        return rounds
+
+    def record(self, t_ms: int, rounds: dict[str, NodeRound]) -> None:
         self.reporter.record(t_ms, rounds)
         self.last_round_ms = t_ms
         ROUNDS.labels(self.MODE).inc()
         NODE_SAMPLES.labels(self.MODE).inc(len(rounds))
-        return rounds
 
     async def step(self, t_ms: int) -> list[tuple[str, Message]]:
-        """Collect one round at simulated time t_ms and return the messages then due."""
+        """One round at simulated time t_ms: measure what the pods ask for, let QoS act (the
+        simulated cgroups then hold BestEffort pods to what the round grants them), record what
+        ran, and return the messages then due."""
         started = time.perf_counter()
-        rounds = self.collect(t_ms)
+        rounds = self.measure(t_ms)
         for hook in self.on_round:
             await hook(t_ms, rounds)
+        self.record(t_ms, rounds)
         ROUND_SECONDS.labels(self.MODE).observe(time.perf_counter() - started)
         return self.reporter.due(t_ms)
 

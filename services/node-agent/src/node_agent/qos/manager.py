@@ -85,6 +85,8 @@ class QoSManager:
             state = nq.state(t_ms, history.capacity, history.allocatable, list(history.pods.values()), r)
             # an event's kind is its subject's: qos for cgroup writes, evict for evictions
             events += [(subjects.event(e.kind, name), e) for e in await nq.round(state)]
+            if self.simulated:
+                nq.enforce(state, r)
         if events and self.bus is not None:
             await self.bus.publish_many([(s, self.bus.stamp(e)) for s, e in events])
             self.events_published += len(events)

@@ -22,7 +22,7 @@ from ..core.reporter import NodeRound
 from .executor import Executor, TokenBucket
 from .files import MemoryCgroupFiles
 from .model import PodState, Processor, QoSState
-from .round import QoSMemory, plan_round
+from .round import QoSMemory, be_limit, plan_round
 from .strategies.cpuset import format_cpuset, synthetic_topology
 
 log = logging.getLogger(__name__)
@@ -103,3 +103,19 @@ class NodeQoS:
         """Plan this round and carry the plan out; the events of what changed."""
         plan = plan_round(state, self.slo, self.memory, cap_be_usage=self.simulated)
         return await self.executor.apply(plan, self.memory, state.now_ms)
+
+    def enforce(self, state: QoSState, r: NodeRound) -> None:
+        """What the kernel does on a real node, for a simulated one: the BestEffort pods get no
+        more CPU than the BE cgroup grants (its cpuset and quota as the round just set them).
+        Their usage in `r` is scaled down together, and the node's usage with it, so what is
+        recorded and reported is what ran, not what was asked for."""
+        limit = be_limit(state)
+        best_effort = [p.info.uid for p in state.pods if p.kube_best_effort and p.info.uid in r.pods]
+        asked = sum(r.pods[uid][0] for uid in best_effort if not math.isnan(r.pods[uid][0]))
+        if asked <= limit or asked <= 0:
+            return
+        scale = limit / asked
+        for uid in best_effort:
+            cpu, mem = r.pods[uid]
+            r.pods[uid] = (cpu * scale, mem)
+        r.node = (r.node[0] - asked * (1 - scale), r.node[1])

@@ -58,9 +58,8 @@ class QoSMemory:
         self.last_evict_ms[ev.cool_down] = t_ms
 
 
-def be_sample(state: QoSState, cap_usage: bool = False) -> BESample:
-    """node_be for one round: usage of the besteffort dir, its real limit and the BE requests."""
-    usage = sum(p.usage.cpu_milli for p in state.pods if p.kube_best_effort and p.usage is not None)
+def be_limit(state: QoSState) -> int:
+    """The BE cgroup's real CPU limit (milli-cores): its cpuset, capped by its cfs quota when set."""
     cpus = parse_cpuset(state.read(state.be_dir, "cpuset.cpus") or "") or [p.cpu for p in state.processors]
     limit = len(cpus) * 1000
     try:
@@ -69,6 +68,13 @@ def be_sample(state: QoSState, cap_usage: bool = False) -> BESample:
         quota = -1
     if quota != -1:
         limit = min(limit, quota * 1000 // CFS_PERIOD_US)
+    return limit
+
+
+def be_sample(state: QoSState, cap_usage: bool = False) -> BESample:
+    """node_be for one round: usage of the besteffort dir, its real limit and the BE requests."""
+    usage = sum(p.usage.cpu_milli for p in state.pods if p.kube_best_effort and p.usage is not None)
+    limit = be_limit(state)
     request = sum(max(p.info.batch_requests.cpu_milli, 0) for p in state.pods if p.is_be)
     if cap_usage:  # simulated cgroups: BE pods cannot use more than their cpuset / quota grants
         usage = min(usage, limit)
