@@ -306,3 +306,35 @@ async def test_managed_resources_skip_uninterested_pods(cluster, extender):
         r = await sched.schedule_pod(pod)
     assert state["requests"] == []
     assert r.node == "sim-node-000"  # 001 not filtered: the extender was not asked
+
+
+async def test_in_process_transport_carries_the_same_bytes(cluster):
+    """Without HTTP: the transport gets each verb and the exact request body, and its reply is
+    read as an HTTP reply would be."""
+    seen: list[tuple[str, bytes]] = []
+
+    async def transport(verb: str, body: bytes) -> tuple[int, bytes]:
+        seen.append((verb, body))
+        if verb == "filter":
+            return 200, (
+                b'{"Nodes":null,"NodeNames":["sim-node-000","sim-node-001"],"FailedNodes":{"sim-node-002":"busy"},'
+                b'"FailedAndUnresolvableNodes":null,"Error":""}'
+            )
+        return 200, b'[{"Host":"sim-node-000","Score":0},{"Host":"sim-node-001","Score":10}]'
+
+    pod = await cluster.create_pod(batch_pod("p1", 1000))
+    async with ExtenderScheduler(cluster, "", transport=transport) as sched:
+        r = await sched.schedule_pod(pod)
+    assert r.node == "sim-node-001" and r.reasons["sim-node-002"] == "busy"
+    assert [v for v, _ in seen] == ["filter", "prioritize"]
+    by_name = {n.name: n for n in await cluster.list_nodes()}
+    sent = [by_name[name] for name in json.loads(seen[0][1])["NodeNames"]]
+    assert len(sent) > 2 and seen[0][1] == _go_json(extender_args(pod, sent, True))
+
+    async def failing(verb: str, body: bytes) -> tuple[int, bytes]:
+        return 500, b"boom"
+
+    other = await cluster.create_pod(batch_pod("p2", 1000))
+    async with ExtenderScheduler(cluster, "", transport=failing) as sched:
+        r2 = await sched.schedule_pod(other)
+    assert r2.node is None and "code 500" in r2.error

@@ -3,12 +3,17 @@
 One cycle per pending pod: in-tree filter -> POST <urlPrefix>/filter -> (two or more nodes
 left) in-tree LeastAllocated + POST <urlPrefix>/prioritize x weight x 10 -> highest total
 (ties: lowest name, where kube-scheduler picks at random) -> bind through the cluster port.
+
+The extender is reached over HTTP, or in the same process through a `Transport` (verb, request
+body) -> (status, reply body), which carries the same bytes without a socket: a replay on
+simulated time drives the extender's own verb handlers that way.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -20,6 +25,8 @@ from . import fit
 
 log = logging.getLogger(__name__)
 MAX_EXTENDER_PRIORITY = 10
+# (verb, request body) -> (HTTP status, reply body): the extender without HTTP in between
+Transport = Callable[[str, bytes], Awaitable[tuple[int, bytes]]]
 
 
 class ExtenderError(RuntimeError):
@@ -96,6 +103,7 @@ class ExtenderScheduler:
         scheduler_name: str = "default-scheduler",
         percentage_of_nodes_to_score: int = 0,
         client: httpx.AsyncClient | None = None,
+        transport: Transport | None = None,
     ):
         self.cluster = cluster
         self.url_prefix = extender_url.rstrip("/")
@@ -108,8 +116,9 @@ class ExtenderScheduler:
         self.ignorable = ignorable
         self.scheduler_name = scheduler_name
         self.percentage = percentage_of_nodes_to_score
-        self._client = client or httpx.AsyncClient(timeout=self.timeout_s)
-        self._own_client = client is None
+        self.transport = transport
+        self._client = client or (None if transport is not None else httpx.AsyncClient(timeout=self.timeout_s))
+        self._own_client = client is None and transport is None
         self._next_start = 0
 
     async def aclose(self) -> None:
@@ -126,16 +135,21 @@ class ExtenderScheduler:
 
     async def _send(self, verb: str, args: dict[str, Any]) -> Any:
         url = f"{self.url_prefix}/{verb}"
+        if self.transport is not None:
+            status, body = await self.transport(verb, _go_json(args))
+            text = body.decode()
+        else:
+            try:
+                resp = await self._client.post(
+                    url, content=_go_json(args), headers={"Content-Type": "application/json"}, timeout=self.timeout_s
+                )
+            except httpx.HTTPError as exc:
+                raise ExtenderError(f"failed {verb} with extender at URL {url}: {exc!r}") from exc
+            status, text = resp.status_code, resp.text
+        if status != 200:
+            raise ExtenderError(f"failed {verb} with extender at URL {url}, code {status}")
         try:
-            resp = await self._client.post(
-                url, content=_go_json(args), headers={"Content-Type": "application/json"}, timeout=self.timeout_s
-            )
-        except httpx.HTTPError as exc:
-            raise ExtenderError(f"failed {verb} with extender at URL {url}: {exc!r}") from exc
-        if resp.status_code != 200:
-            raise ExtenderError(f"failed {verb} with extender at URL {url}, code {resp.status_code}")
-        try:
-            return json.JSONDecoder().raw_decode(resp.text.lstrip())[0]  # one value; trailing data ignored
+            return json.JSONDecoder().raw_decode(text.lstrip())[0]  # one value; trailing data ignored
         except ValueError as exc:
             raise ExtenderError(f"failed {verb} with extender at URL {url}: invalid JSON: {exc}") from exc
 
