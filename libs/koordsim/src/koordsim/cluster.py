@@ -254,6 +254,21 @@ class SimCluster:
 
         return events()
 
+    async def settle(self, max_turns: int = 10_000) -> None:
+        """Local mode: return once every watcher has taken every event dispatched so far and had
+        a turn to handle it. An in-process driver on simulated time (a replay) calls it between
+        steps, so the services it hosts have seen each change before the next step; what their
+        handlers change in turn is settled too."""
+        quiet = 0
+        for _ in range(max_turns):
+            await asyncio.sleep(0)
+            if all(q.empty() for q in self._watchers):
+                quiet += 1
+                if quiet >= 2:  # one more turn: the consumer of the last event has finished with it
+                    return
+            else:
+                quiet = 0
+
     async def list_namespaces(self) -> dict[str, dict[str, str]]:
         """Namespaces the pods use, plus any applied `Namespace` object with its labels."""
         names = {p.namespace for p in self.state.pods.values()}
