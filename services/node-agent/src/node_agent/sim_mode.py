@@ -79,8 +79,10 @@ class SimAgent:
         self.reporter = Reporter(history_config(settings, sim=True), report_config(settings))
         self._uid_of: dict[str, str] = {}  # pod key -> uid
         self._pods_by_node: dict[str, list[PodRecord]] = {}
+        self._infos: dict[str, tuple[str, PodInfo]] = {}  # uid -> (resourceVersion, PodInfo)
         self.published = 0
         self.last_round_ms: int | None = None
+        self.last_rounds: dict[str, NodeRound] = {}  # what the last round recorded (what ran)
         self.on_round: list[Callable[[int, dict[str, NodeRound]], Awaitable[None]]] = []
 
     async def refresh(self) -> None:
@@ -94,8 +96,18 @@ class SimAgent:
         self._pods_by_node = by_node
         self._uid_of = {p.key: p.uid for pods in by_node.values() for p in pods}
         shares = {p.uid: container_shares(p) for pods in by_node.values() for p in pods}
-        self.reporter.set_pods({n: [PodInfo.from_record(p) for p in pods] for n, pods in by_node.items()}, shares)
+        self.reporter.set_pods({n: [self._info(p) for p in pods] for n, pods in by_node.items()}, shares)
+        live = set(self._uid_of.values())
+        for uid in [u for u in self._infos if u not in live]:
+            del self._infos[uid]
         NODES.labels(self.MODE).set(len(names))
+
+    def _info(self, pod: PodRecord) -> PodInfo:
+        """A pod's PodInfo, derived again only when the pod changed (its resourceVersion)."""
+        hit = self._infos.get(pod.uid)
+        if hit is None or hit[0] != pod.resource_version or not pod.resource_version:
+            hit = self._infos[pod.uid] = (pod.resource_version, PodInfo.from_record(pod))
+        return hit[1]
 
     def pods_on(self, node: str) -> list[PodRecord]:
         return self._pods_by_node.get(node, [])
@@ -124,6 +136,7 @@ class SimAgent:
     def record(self, t_ms: int, rounds: dict[str, NodeRound]) -> None:
         self.reporter.record(t_ms, rounds)
         self.last_round_ms = t_ms
+        self.last_rounds = rounds
         ROUNDS.labels(self.MODE).inc()
         NODE_SAMPLES.labels(self.MODE).inc(len(rounds))
 

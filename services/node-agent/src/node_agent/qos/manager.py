@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from koordcommon import subjects
 from koordcommon.resources import Resources
@@ -37,6 +38,8 @@ class QoSManager:
         self.slos: dict[str, NodeSLOSpec] = {}
         self.limiter = TokenBucket(settings.evict_rate_per_s, burst=max(int(settings.evict_rate_per_s), 1))
         self.events_published = 0
+        # where a round's events go besides the bus (an in-process replay counts them here)
+        self.on_events: list[Callable[[int, list[tuple[str, Event]]], None]] = []
         self._watch_task: asyncio.Task | None = None
         if not simulated:
             self._real_layout = agent.layout
@@ -87,6 +90,8 @@ class QoSManager:
             events += [(subjects.event(e.kind, name), e) for e in await nq.round(state)]
             if self.simulated:
                 nq.enforce(state, r)
+        for hook in self.on_events:
+            hook(t_ms, events)
         if events and self.bus is not None:
             await self.bus.publish_many([(s, self.bus.stamp(e)) for s, e in events])
             self.events_published += len(events)
