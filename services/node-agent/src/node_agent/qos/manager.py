@@ -28,7 +28,12 @@ log = logging.getLogger(__name__)
 
 
 class QoSManager:
-    def __init__(self, agent, bus, settings, cluster, simulated: bool) -> None:
+    """`limiter_of(node)`: the eviction rate limit of each node. By default one bucket on the wall
+    clock holds for every node this agent drives (it protects the API server); a replay on
+    simulated time gives each simulated node its own on that time, as each real node's agent has."""
+
+    def __init__(self, agent, bus, settings, cluster, simulated: bool,
+                 limiter_of: Callable[[str], TokenBucket] | None = None) -> None:
         self.agent = agent
         self.bus = bus
         self.settings = settings
@@ -37,6 +42,7 @@ class QoSManager:
         self.nodes: dict[str, NodeQoS] = {}
         self.slos: dict[str, NodeSLOSpec] = {}
         self.limiter = TokenBucket(settings.evict_rate_per_s, burst=max(int(settings.evict_rate_per_s), 1))
+        self.limiter_of = limiter_of or (lambda node: self.limiter)
         self.events_published = 0
         # where a round's events go besides the bus (an in-process replay counts them here)
         self.on_events: list[Callable[[int, list[tuple[str, Event]]], None]] = []
@@ -51,10 +57,10 @@ class QoSManager:
         if nq is None:
             dry_run = self.settings.qos_dry_run
             if self.simulated:
-                nq = NodeQoS.simulated_node(name, capacity, start_ms, dry_run, self.cluster, self.limiter)
+                nq = NodeQoS.simulated_node(name, capacity, start_ms, dry_run, self.cluster, self.limiter_of(name))
             else:
                 files = self._real_files
-                executor = Executor(files, name, dry_run, self.cluster, self.limiter)
+                executor = Executor(files, name, dry_run, self.cluster, self.limiter_of(name))
                 nq = NodeQoS(name, files, self._real_layout, self._topology, executor, start_ms, simulated=False)
             nq.slo = self.slos.get(name)
             self.nodes[name] = nq
