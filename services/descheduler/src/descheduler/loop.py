@@ -62,7 +62,11 @@ class Descheduler:
         bus: Bus | None,
         dry_run: bool | None = None,
         clock=None,
+        rate_clock=time.monotonic,
+        sleep=asyncio.sleep,
     ):
+        """`rate_clock` / `sleep`: what the eviction rate limit measures and waits by. Wall time by
+        default (the rate protects the API server); a replay on simulated time passes its own."""
         self.args = args
         self.cluster = cluster
         self.bus = bus
@@ -77,6 +81,7 @@ class Descheduler:
         self.finished: collections.deque[mig.Job] = collections.deque(maxlen=HISTORY)
         self.departed: dict[str, float] = {}  # uid of a pod we evicted -> when
         self.bucket = mig.TokenBucket(args.limits.evictQPS, args.limits.evictBurst)
+        self.rate_clock, self.sleep = rate_clock, sleep
         self.lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ inputs
@@ -345,9 +350,9 @@ class Descheduler:
             await self._delete_reservation(job)
             await self._finish(job, mig.FAILED, "MissingPod")
             return
-        wait = self.bucket.reserve(time.monotonic())  # the rate protects the API server: wall time
+        wait = self.bucket.reserve(self.rate_clock())
         if wait > 0:
-            await asyncio.sleep(wait)
+            await self.sleep(wait)
         owner = _controller_key(pod.namespace, pod.controller)
         siblings = frozenset(p.key for p in pods if _controller_key(p.namespace, p.controller) == owner)
         result = await self.cluster.evict_pod(pod.namespace, pod.name, reason=m.reason)
