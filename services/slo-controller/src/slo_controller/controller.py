@@ -104,7 +104,8 @@ class SLOController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.metrics_caught_up.wait(), self.catchup_timeout_s)
         await self.sync_nodeslo()
-        self._tasks.append(asyncio.create_task(self._resync_loop(), name="slo-resync"))
+        if self.resync_s > 0:  # 0: the caller recomputes (a replay on simulated time, every metric)
+            self._tasks.append(asyncio.create_task(self._resync_loop(), name="slo-resync"))
         self.ready.set()
         log.info("slo-controller started", extra={"nodes": len(self.nodes), "pods": len(self._pod_node)})
 
