@@ -338,3 +338,21 @@ async def test_in_process_transport_carries_the_same_bytes(cluster):
     async with ExtenderScheduler(cluster, "", transport=failing) as sched:
         r2 = await sched.schedule_pod(other)
     assert r2.node is None and "code 500" in r2.error
+
+
+async def test_skip_dominated_tries_no_pod_asking_more_than_one_that_failed(cluster, extender):
+    """Every node's batch room is 8000 at most: the 9000 pod fails; the 9500 and 10000 ones ask
+    more and are not tried; the 1000 one is."""
+    url, _ = extender
+    for name, cpu, t in (("big", 9000, 1), ("bigger", 9500, 2), ("biggest", 10000, 3), ("small", 1000, 4)):
+        await cluster.create_pod(batch_pod(name, cpu, created_ms=t))
+    async with ExtenderScheduler(cluster, url, skip_dominated=True) as sched:
+        results = {r.name: r for r in await sched.schedule_pending()}
+    assert results["small"].node is not None
+    assert results["big"].node is None and results["big"].message.startswith("0/6 nodes are available")
+    for name in ("bigger", "biggest"):
+        assert results[name].node is None and results[name].message.startswith("not tried: batch/big asking no more")
+    async with ExtenderScheduler(cluster, url) as sched:  # without it every pod is tried, with the same outcome
+        again = {r.name: r for r in await sched.schedule_pending()}
+    assert {n: r.node for n, r in again.items()} == {"big": None, "bigger": None, "biggest": None}
+    assert all(r.message.startswith("0/6 nodes are available") for r in again.values())
