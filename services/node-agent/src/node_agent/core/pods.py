@@ -6,11 +6,19 @@ import json
 from dataclasses import dataclass, field
 
 from koordcommon import resources as rn
-from koordcommon.model import LABEL_QOS_CLASS, KubeQoS, PriorityClass, QoSClass, parse_qos_class
+from koordcommon.model import (
+    DEFAULT_PRIORITY_VALUE,
+    LABEL_QOS_CLASS,
+    KubeQoS,
+    PriorityClass,
+    QoSClass,
+    parse_qos_class,
+)
 from koordcommon.records import PodRecord
 from koordcommon.resources import ZERO, Resources
 
 ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
+LABEL_EVICTION_ENABLED = "koordinator.sh/eviction-enabled"  # "true": CPUEvict / MemoryEvict / *AllocatableEvict may pick it
 
 
 def _bound_cpuset(annotations: dict[str, str]) -> str:
@@ -32,6 +40,7 @@ class ContainerInfo:
     batch_requests: Resources = ZERO  # batch-cpu milli, batch-memory bytes
     batch_limits: Resources = ZERO
     has_limits: bool = False
+    mid_requests: Resources = ZERO  # mid-cpu milli, mid-memory bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,8 @@ class PodInfo:
     cpuset: str = ""  # cpus bound by the scheduler (annotation scheduling.koordinator.sh/resource-status)
     annotations: tuple[tuple[str, str], ...] = ()
     qos_label: bool = False  # koordinator.sh/qosClass set (suppress/evict/burst read the raw label)
+    evict_enabled: bool = False  # label koordinator.sh/eviction-enabled: "true"
+    sub_priority: int | None = None  # label koordinator.sh/priority
 
     @classmethod
     def from_record(cls, pod: PodRecord) -> PodInfo:
@@ -80,6 +91,7 @@ class PodInfo:
                     rn.batch_of(c.requests),
                     rn.batch_of(c.limits),
                     bool(c.limits),
+                    rn.mid_of(c.requests),
                 )
                 for c in pod.containers
             ),
@@ -88,9 +100,18 @@ class PodInfo:
             phase=pod.phase,
             cpuset=_bound_cpuset(pod.annotations),
             qos_label=parse_qos_class(pod.labels.get(LABEL_QOS_CLASS)) is not QoSClass.NONE,
+            evict_enabled=pod.labels.get(LABEL_EVICTION_ENABLED) == "true",
+            sub_priority=pod.sub_priority,
             annotations=tuple(sorted((k, v) for k, v in pod.annotations.items() if k.startswith("koordinator.sh/"))),
         )
 
     def annotation(self, key: str) -> str | None:
         return dict(self.annotations).get(key)
+
+    @property
+    def priority_value(self) -> int:
+        """spec.priority when set and non-zero, else the default value of the pod's priority class."""
+        if self.priority:
+            return self.priority
+        return DEFAULT_PRIORITY_VALUE.get(self.priority_class, 0)
 

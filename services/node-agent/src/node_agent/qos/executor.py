@@ -94,7 +94,7 @@ class Executor:
                 reason=ev.reason,
                 dry_run=self.dry_run,
                 target={"namespace": ev.namespace, "name": ev.name, "uid": ev.uid},
-                details={"strategy": ev.strategy, "outcome": outcome, "message": message,
+                details={"strategy": ev.strategy, "feature": ev.feature, "outcome": outcome, "message": message,
                          "release": ev.release.to_list()},
             ))
         return events

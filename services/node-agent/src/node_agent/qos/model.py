@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from koordcommon.model import KubeQoS, QoSClass
+from koordcommon.model import KubeQoS, PriorityClass, QoSClass
 from koordcommon.resources import ZERO, Resources
 
 from ..core.pods import PodInfo
@@ -32,7 +32,7 @@ class CgroupWrite:
     resource: str  # cpu.cfs_quota_us, cpuset.cpus, cpu.shares, cpu.bvt_warp_ns, memory.min ...
     value: int | str
     strategy: str
-    level: str = "pod"  # qos | pod | container
+    level: str = "pod"  # qos | pod | container | host (a host application's dir)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class Eviction:
     cool_down: str  # the clock this eviction restarts; the strategy checks it in QoSState.last_evict_ms
     reason: str
     release: Resources = ZERO
+    feature: str = ""  # Koordinator's name of the rule that picked the pod (BECPUEvict, MemoryEvict ...)
 
 
 Action = CgroupWrite | Eviction
@@ -58,6 +59,7 @@ class PodState:
     containers: dict[str, str] = field(default_factory=dict)  # container name -> cgroup dir
     usage: Resources | None = None  # last collected (None: no metric)
     throttled_ratio: float | None = None
+    container_usage: dict[str, Resources] = field(default_factory=dict)  # container name -> last collected
 
     @property
     def raw_qos(self) -> QoSClass:
@@ -75,12 +77,44 @@ class PodState:
 
 @dataclass(frozen=True)
 class BESample:
-    """koordlet's node_be metric for one round (milli-cores)."""
+    """koordlet's node_be metric for one round (milli-cores), and the node's cpu usage then."""
 
     ts_ms: int
     usage: int
     real_limit: int
     request: int
+    node_cpu: int | None = None  # None: no node metric that round
+
+
+@dataclass(frozen=True)
+class HostApp:
+    """A NodeSLO host application: a process group outside any pod, in its own cgroup."""
+
+    name: str
+    qos: QoSClass
+    priority_class: PriorityClass
+    base: str  # the cgroupPath base ("" = the cgroup root)
+    rel: str  # its cgroup dir relative to the cgroup root
+    usage: Resources | None = None  # last collected
+
+    @property
+    def counts_as_be(self) -> bool:
+        """CPU suppress counts it with BE only when it is BE and runs under the besteffort dir."""
+        return self.qos is QoSClass.BE and self.base == "KubepodsBesteffort"
+
+
+@dataclass(frozen=True)
+class BurstLimiter:
+    """One container's cfs quota burst budget (koordlet's token bucket over cfsQuotaBurstPeriodSeconds)."""
+
+    capacity: int  # period x (cfsQuotaBurstPercent - 100)
+    tokens: int
+    updated_ms: int
+    expire_ms: int  # dropped when not updated for 2 x period
+
+    @property
+    def allows(self) -> bool:
+        return self.tokens > 0
 
 
 @dataclass
@@ -94,12 +128,21 @@ class QoSState:
     qos_dirs: dict[KubeQoS, str]
     processors: list[Processor]
     read: Callable[[str, str], str | None]  # current value of (dir, v1 resource name)
-    reserved_cpus: frozenset[int] = frozenset()
+    reserved_cpus: frozenset[int] = frozenset()  # node annotation node.koordinator.sh/reservation reservedCPUs
+    annotation_reserved_cpu_milli: int = 0  # the cpu that annotation reserves (its cpus, or resources.cpu)
     be_history: list[BESample] = field(default_factory=list)
     collect_interval_s: float = 1.0
     last_evict_ms: dict[str, int] = field(default_factory=dict)  # cool-down clock -> ms of its last eviction
     started_ms: int = 0  # when QoS began looking after this node
     node_allocatable_memory: int = 0
+    # batch-cpu / batch-memory / mid-cpu / mid-memory in the node's status.allocatable (absent: not published)
+    tier_allocatable: dict[str, int] = field(default_factory=dict)
+    system_qos_cpus: frozenset[int] = frozenset()  # exclusive cpuset of SYSTEM-QoS pods (node annotation)
+    kubelet_cpu_policy: str = "none"  # the kubelet CPU manager policy (cpu_manager_state policyName)
+    kubelet_pinned_cpus: frozenset[int] = frozenset()  # CPUs the kubelet static policy gave pods exclusively
+    host_apps: list[HostApp] = field(default_factory=list)
+    pending_evictions: frozenset[str] = frozenset()  # uids whose eviction was requested and who are still here
+    burst_limiters: dict[str, BurstLimiter] = field(default_factory=dict)  # container dir -> this round's budget
 
     @property
     def be_dir(self) -> str:

@@ -2,8 +2,9 @@
 
 No bus, no real cgroups, no clock of its own: everything comes in as arguments, so a what-if
 replay can drive it on simulated time as fast as it likes. What a node carries from one round
-to the next (the BE usage history CPU eviction averages over, the cool-down clocks, the pods
-whose eviction was requested) is a `QoSMemory` the caller keeps per node.
+to the next (the BE and node cpu history CPU eviction averages over, the cool-down clocks, the
+pods whose eviction was requested, the CPU burst limiters) is a `QoSMemory` the caller keeps
+per node.
 
     files = MemoryCgroupFiles({"cpuset.cpus": format_cpuset(range(cores))})  # simulated cgroups
     memory = QoSMemory(started_ms=t0)
@@ -29,8 +30,8 @@ from dataclasses import dataclass, field
 
 from koordcommon.schemas import NodeSLOSpec
 
-from .model import CFS_PERIOD_US, Action, BESample, Eviction, QoSState
-from .strategies import plan_all
+from .model import CFS_PERIOD_US, Action, BESample, BurstLimiter, Eviction, QoSState
+from .strategies import cpu_burst, plan_all
 from .strategies.cpuset import parse_cpuset
 
 BE_HISTORY_S = 600
@@ -44,6 +45,7 @@ class QoSMemory:
     be_history: deque[BESample] = field(default_factory=deque)
     last_evict_ms: dict[str, int] = field(default_factory=dict)  # cool-down clock -> ms of its last eviction
     pending: dict[str, int] = field(default_factory=dict)  # uid -> ms of the eviction request
+    burst_limiters: dict[str, BurstLimiter] = field(default_factory=dict)  # container dir -> cfs quota budget
 
     def observe(self, sample: BESample, alive: set[str]) -> None:
         """Keep this round's BE sample (10 minutes of them) and forget requests whose pod is gone."""
@@ -74,11 +76,13 @@ def be_limit(state: QoSState) -> int:
 def be_sample(state: QoSState, cap_usage: bool = False) -> BESample:
     """node_be for one round: usage of the besteffort dir, its real limit and the BE requests."""
     usage = sum(p.usage.cpu_milli for p in state.pods if p.kube_best_effort and p.usage is not None)
+    usage += sum(h.usage.cpu_milli for h in state.host_apps if h.base == "KubepodsBesteffort" and h.usage is not None)
     limit = be_limit(state)
     request = sum(max(p.info.batch_requests.cpu_milli, 0) for p in state.pods if p.is_be)
     if cap_usage:  # simulated cgroups: BE pods cannot use more than their cpuset / quota grants
         usage = min(usage, limit)
-    return BESample(state.now_ms, usage, limit, request)
+    node_cpu = state.node_usage.cpu_milli if state.node_usage is not None else None
+    return BESample(state.now_ms, usage, limit, request, node_cpu)
 
 
 def plan_round(state: QoSState, slo: NodeSLOSpec | None, memory: QoSMemory, cap_be_usage: bool = False) -> list[Action]:
@@ -88,8 +92,10 @@ def plan_round(state: QoSState, slo: NodeSLOSpec | None, memory: QoSMemory, cap_
     `memory`. `cap_be_usage`: the usage is simulated and may exceed what the BE cgroups grant.
     """
     memory.observe(be_sample(state, cap_be_usage), {p.info.uid for p in state.pods})
+    memory.burst_limiters = cpu_burst.advance_limiters(state, slo, memory.burst_limiters)
     if slo is None:
         return []
     state = dataclasses.replace(state, be_history=list(memory.be_history), last_evict_ms=dict(memory.last_evict_ms),
-                                started_ms=memory.started_ms)
+                                started_ms=memory.started_ms, pending_evictions=frozenset(memory.pending),
+                                burst_limiters=dict(memory.burst_limiters))
     return plan_all(state, slo)

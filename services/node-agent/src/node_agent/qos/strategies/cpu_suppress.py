@@ -1,9 +1,17 @@
 """CPU suppress (koordlet qosmanager/plugins/cpusuppress): shrink what BE pods may use.
 
-BE may use capacity x threshold% - non-BE pod usage - max(system usage, reserved). The
-cpuset policy turns that into a cpuset of at least 2 CPUs growing by at most ceil(10 % of
-the CPUs) a round; the cfsQuota policy into the besteffort dir's quota (at least 2000 us,
-changes under 1 % of capacity skipped, raised by at most 10 % of capacity a round).
+BE may use capacity x threshold% - non-BE pod usage - non-BE host-application usage
+- max(system usage, reserved), and at least capacity x cpuSuppressMinPercent% when that is
+set. System usage is node usage less every pod and host application; reserved is the larger
+of capacity - allocatable and the node's reservation annotation. A host application counts
+with BE only when its QoS is BE and it runs under the besteffort dir.
+
+The cpuset policy turns that into a cpuset of at least 2 CPUs growing by at most ceil(10 % of
+the CPUs) a round, never with CPUs bound to LSE pods, reserved by the node annotation, held
+exclusively by SYSTEM-QoS pods or pinned by the kubelet's static CPU manager; under the static
+policy the besteffort and pod dirs keep the full BE cpuset and only containers are narrowed.
+The cfsQuota policy turns it into the besteffort dir's quota (at least 2000 us, changes under
+1 % of capacity skipped, raised by at most 10 % of capacity a round).
 """
 
 from __future__ import annotations
@@ -20,25 +28,36 @@ BE_MIN_QUOTA = 2000
 BE_MIN_CPUS = 2
 
 
-def suppress_milli(state: QoSState, threshold_percent: int) -> int:
+def suppress_milli(state: QoSState, threshold_percent: int, min_percent: int | None = None) -> int:
     cap = state.capacity.cpu_milli
-    reserved = max(state.capacity.cpu_milli - state.allocatable.cpu_milli, 0)
+    reserved = max(state.capacity.cpu_milli - state.allocatable.cpu_milli, state.annotation_reserved_cpu_milli, 0)
     pods_all = sum(p.usage.cpu_milli for p in state.pods if p.usage is not None)
     non_be = sum(
         p.usage.cpu_milli for p in state.pods if p.usage is not None and not p.is_be and not p.kube_best_effort
     )
-    node_used = state.node_usage.cpu_milli if state.node_usage is not None else pods_all
-    system = max(node_used - pods_all, 0, reserved)
-    return cap * threshold_percent // 100 - non_be - system
+    apps = [h for h in state.host_apps if h.usage is not None]
+    apps_all = sum(h.usage.cpu_milli for h in apps)
+    apps_non_be = sum(h.usage.cpu_milli for h in apps if not h.counts_as_be)
+    node_used = state.node_usage.cpu_milli if state.node_usage is not None else pods_all + apps_all
+    system = max(node_used - pods_all - apps_all, 0, reserved)
+    suppress = cap * threshold_percent // 100 - non_be - apps_non_be - system
+    if min_percent is not None:
+        suppress = max(suppress, cap * min_percent // 100)
+    return suppress
+
+
+def never_be(state: QoSState) -> set[int]:
+    """CPUs BE never gets: reserved by the node annotation, exclusive SYSTEM-QoS, kubelet-pinned."""
+    return set(state.reserved_cpus) | state.system_qos_cpus | state.kubelet_pinned_cpus
 
 
 def full_be_cpuset(state: QoSState) -> list[int]:
-    """Every CPU minus LSE-bound and reserved CPUs (koordlet calcBECPUSet)."""
-    lse = set()
+    """Every CPU minus LSE-bound ones and those BE never gets (koordlet calcBECPUSet)."""
+    excluded = never_be(state)
     for p in state.pods:
         if p.info.cpuset and p.raw_qos.value == "LSE":
-            lse.update(parse_cpuset(p.info.cpuset))
-    return [c.cpu for c in state.processors if c.cpu not in lse and c.cpu not in state.reserved_cpus]
+            excluded.update(parse_cpuset(p.info.cpuset))
+    return [c.cpu for c in state.processors if c.cpu not in excluded]
 
 
 def be_dirs(state: QoSState) -> list[tuple[int, str]]:
@@ -53,22 +72,30 @@ def be_dirs(state: QoSState) -> list[tuple[int, str]]:
     return out
 
 
-def _cpuset_writes(state: QoSState, new: list[int]) -> list[CgroupWrite]:
+def _cpuset_writes(state: QoSState, new: list[int], depths: tuple[int, ...] = (0, 1, 2)) -> list[CgroupWrite]:
     """Union top-down first, then the new set bottom-up, so no child is ever wider than its parent."""
+    union, exact = _cpuset_steps(state, new, depths)
+    return union + exact
+
+
+def _cpuset_steps(state: QoSState, new: list[int], depths: tuple[int, ...]
+                  ) -> tuple[list[CgroupWrite], list[CgroupWrite]]:
+    """(the union of old and new, top-down; the new set, bottom-up) for the BE dirs at `depths`
+    (0 the besteffort dir, 1 pods, 2 containers)."""
     writes = []
     new_s = format_cpuset(new)
-    dirs = be_dirs(state)
-    for _, rel in dirs:
+    dirs = [(d, rel) for d, rel in be_dirs(state) if d in depths]
+    for depth, rel in dirs:
         old = state.read(rel, "cpuset.cpus") or ""
         try:
             union = format_cpuset(set(parse_cpuset(old)) | set(new))
         except ValueError:
             union = new_s
         if union != new_s and union != format_cpuset(parse_cpuset(old) if old else []):
-            writes.append(CgroupWrite(rel, "cpuset.cpus", union, NAME, "qos" if rel == state.be_dir else "pod"))
-    for depth, rel in reversed(dirs):
-        writes.append(CgroupWrite(rel, "cpuset.cpus", new_s, NAME, ("qos", "pod", "container")[depth]))
-    return writes
+            writes.append(CgroupWrite(rel, "cpuset.cpus", union, NAME, ("qos", "pod", "container")[depth]))
+    exact = [CgroupWrite(rel, "cpuset.cpus", new_s, NAME, ("qos", "pod", "container")[depth])
+             for depth, rel in reversed(dirs)]
+    return writes, exact
 
 
 def _int(text: str | None, default: int) -> int:
@@ -85,7 +112,7 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
     full = full_be_cpuset(state)
     if not cfg.enable:
         return [CgroupWrite(state.be_dir, "cpu.cfs_quota_us", -1, NAME, "qos")] + _cpuset_writes(state, full)
-    suppress = suppress_milli(state, cfg.cpuSuppressThresholdPercent)
+    suppress = suppress_milli(state, cfg.cpuSuppressThresholdPercent, cfg.cpuSuppressMinPercent)
     cap_cores = state.capacity.cpu_milli // 1000
     if cfg.cpuSuppressPolicy == "cfsQuota":
         new = max(suppress * CFS_PERIOD_US // 1000, BE_MIN_QUOTA)
@@ -106,8 +133,9 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
         if p.info.cpuset:
             for c in parse_cpuset(p.info.cpuset):
                 owner[c] = p.raw_qos.value
+    excluded = never_be(state)
     for proc in state.processors:
-        if proc.cpu in state.reserved_cpus:
+        if proc.cpu in excluded:
             continue
         q = owner.get(proc.cpu)
         if q == "LSR":
@@ -122,4 +150,11 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
     chosen = pick_cpus(n_lsr, lsr, len(state.processors)) + pick_cpus(n - n_lsr, ls, len(state.processors))
     if not chosen:
         return []
-    return _cpuset_writes(state, chosen) + [CgroupWrite(state.be_dir, "cpu.cfs_quota_us", -1, NAME, "qos")]
+    if state.kubelet_cpu_policy == "static":
+        # the kubelet owns the pod-level cpusets: they keep the full BE set, only containers are narrowed
+        # (parents widened first and narrowed last, so a container never holds a CPU its pod lacks)
+        widen, narrow = _cpuset_steps(state, full, (0, 1))
+        writes = widen + _cpuset_writes(state, chosen, (2,)) + narrow
+    else:
+        writes = _cpuset_writes(state, chosen)
+    return writes + [CgroupWrite(state.be_dir, "cpu.cfs_quota_us", -1, NAME, "qos")]

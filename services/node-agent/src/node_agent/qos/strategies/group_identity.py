@@ -1,7 +1,8 @@
 """Group identity (koordlet runtimehooks/hooks/groupidentity): cpu.bvt_warp_ns per QoS.
 
 LSE/LSR/LS 2 and BE -1 when their class is enabled, 0 otherwise; written on the three
-kube-QoS dirs (the Guaranteed root always 0) and on every pod dir, never per container.
+kube-QoS dirs (the Guaranteed root always 0), on every pod dir and on every host
+application's dir (by its QoS; none or SYSTEM: 0), never per container.
 """
 
 from __future__ import annotations
@@ -58,4 +59,5 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
         return []
     writes = [CgroupWrite(state.qos_dirs[k], RESOURCE, v, NAME, "qos") for k, v in dirs.items()]
     writes += [CgroupWrite(p.rel, RESOURCE, pod_value(p, pod_params, kube_pod), NAME, "pod") for p in state.pods]
+    writes += [CgroupWrite(h.rel, RESOURCE, pod_params.get(h.qos, 0), NAME, "host") for h in state.host_apps]
     return writes

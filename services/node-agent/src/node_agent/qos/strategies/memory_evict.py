@@ -1,46 +1,80 @@
-"""BE memory eviction (koordlet qosmanager/plugins/memoryevict, BEMemoryEvict).
+"""Memory eviction (koordlet qosmanager/plugins/memoryevict): three rules, in this order.
 
-When node memory usage reaches memoryEvictThresholdPercent of capacity, release
-capacity x (usage% - lower) / 100 bytes (lower = threshold - 2 unless set) from BE pods:
-lower priority first, then larger memory usage, pods without usage last (by name,
-descending, as koordlet sorts them). A 4 s cool-down follows every eviction.
+BEMemoryEvict (on with resourceUsedThresholdWithBE): when node memory usage reaches
+memoryEvictThresholdPercent (70) of capacity, release capacity x (usage% - lower) / 100 bytes
+(lower = threshold - 2 unless set) from BE pods: lower priority first, then larger memory
+usage, pods without usage last (by name, descending, as koordlet sorts them); each releases
+its usage.
+
+MemoryAllocatableEvict (memoryAllocatableEvictThreshold/LowerPercent,
+allocatableEvictPriorityThreshold): when the batch-memory (mid-memory) requested by pods at or
+under the priority threshold exceeds threshold % of the node's batch-memory (mid-memory)
+allocatable, release (requested / allocatable - lower %) x allocatable from eviction-enabled
+pods, each releasing its request.
+
+MemoryEvict (evictEnabledPriorityThreshold): the BEMemoryEvict threshold and amount, from the
+eviction-enabled pods at or under the priority threshold (see eviction.py for their order),
+larger usage first in each tie; each releases its usage. (koordlet counts that usage x 1000,
+so it mostly stops after one pod; bytes are counted here.)
+
+A 4 s cool-down follows any eviction.
 """
 
 from __future__ import annotations
 
 import functools
 
-from koordcommon.resources import Resources
-from koordcommon.schemas import NodeSLOSpec
+from koordcommon.schemas import NodeSLOSpec, ResourceThresholdStrategy
 
 from ..model import Eviction, PodState, QoSState
+from . import eviction
+from .cpu_evict import allocatable_problem, allocatable_release
+from .eviction import REQUEST, USED, EvictTask
 
 NAME = "memory_evict"
 COOL_DOWN = NAME  # koordlet's BEMemoryEvict, MemoryEvict and MemoryAllocatableEvict share this clock
 COOL_DOWN_MS = 4_000
+RELEASE_BUFFER_PERCENT = 2
+
+
+def threshold_problem(cfg: ResourceThresholdStrategy) -> str | None:
+    """None when the usage threshold is valid (BEMemoryEvict and MemoryEvict run on it)."""
+    threshold = cfg.memoryEvictThresholdPercent
+    if threshold < 0:
+        return f"memoryEvictThresholdPercent {threshold} below 0"
+    lower = cfg.memoryEvictLowerPercent if cfg.memoryEvictLowerPercent is not None else threshold - 2
+    if lower >= threshold:
+        return f"memoryEvictLowerPercent {lower} not below memoryEvictThresholdPercent {threshold}"
+    return None
+
+
+def memory_allocatable_problem(cfg: ResourceThresholdStrategy) -> str | None:
+    return allocatable_problem(cfg.memoryAllocatableEvictThresholdPercent, cfg.memoryAllocatableEvictLowerPercent,
+                               cfg.allocatableEvictPriorityThreshold, "memory")
 
 
 def release_bytes(state: QoSState, slo: NodeSLOSpec) -> int:
     cfg = slo.resourceUsedThresholdWithBE
     cap = state.capacity.memory_bytes
-    if state.node_usage is None or cap <= 0:
+    if state.node_usage is None or cap <= 0 or threshold_problem(cfg) is not None:
         return 0
     usage_pct = state.node_usage.memory_bytes * 100 // cap
     threshold = cfg.memoryEvictThresholdPercent
     if usage_pct < threshold:
         return 0
     lower = cfg.memoryEvictLowerPercent if cfg.memoryEvictLowerPercent is not None else threshold - 2
-    if lower >= threshold:
-        return 0  # invalid configuration
     return cap * (usage_pct - lower) // 100
+
+
+def _used(p: PodState) -> int:
+    return p.usage.memory_bytes if p.usage else 0
 
 
 def _compare(a: PodState, b: PodState) -> int:
     pa, pb = a.info.priority, b.info.priority
     if pa is not None and pb is not None and pa != pb:
         return -1 if pa < pb else 1
-    ua = a.usage.memory_bytes if a.usage else 0
-    ub = b.usage.memory_bytes if b.usage else 0
+    ua, ub = _used(a), _used(b)
     if ua and ub:
         return -1 if ua > ub else (1 if ua < ub else 0)
     if not ua and not ub:
@@ -48,24 +82,57 @@ def _compare(a: PodState, b: PodState) -> int:
     return -1 if ua else 1
 
 
+def _reason(release: int) -> str:
+    return f"node memory over threshold: release {release} bytes"
+
+
+def be_task(state: QoSState, release: int) -> EvictTask:
+    victims = sorted((p for p in state.pods if p.is_be and eviction.policy_allows(p, "BEMemoryEvict")),
+                     key=functools.cmp_to_key(_compare))
+    return EvictTask("BEMemoryEvict", "BEMemoryEvict: " + _reason(release), victims, {"memory": release}, USED,
+                     lambda p: {"memory": _used(p)})
+
+
+def allocatable_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
+    cfg = slo.resourceUsedThresholdWithBE
+    if memory_allocatable_problem(cfg) is not None:
+        return None
+    release = allocatable_release(state, "memory", cfg.memoryAllocatableEvictThresholdPercent,
+                                  cfg.memoryAllocatableEvictLowerPercent, cfg.allocatableEvictPriorityThreshold)
+    if not release:
+        return None
+
+    def pod_release(p: PodState) -> dict[str, int]:
+        name, value = eviction.tier_request(p, "memory")
+        return {name: value} if name in release else {}
+
+    victims = eviction.generic_victims(state.pods, "MemoryAllocatableEvict", cfg.allocatableEvictPriorityThreshold,
+                                       lambda p: eviction.tier_request(p, "memory")[1])
+    text = ", ".join(f"{v} {k}" for k, v in sorted(release.items()))
+    return EvictTask("MemoryAllocatableEvict", f"MemoryAllocatableEvict: requests over "
+                     f"{cfg.memoryAllocatableEvictThresholdPercent}% of allocatable: release {text}",
+                     victims, release, REQUEST, pod_release)
+
+
+def usage_task(state: QoSState, slo: NodeSLOSpec, release: int) -> EvictTask | None:
+    threshold = slo.resourceUsedThresholdWithBE.evictEnabledPriorityThreshold
+    if threshold is None:
+        return None
+    victims = eviction.generic_victims(state.pods, "MemoryEvict", threshold, _used)
+    return EvictTask("MemoryEvict", "MemoryEvict: " + _reason(release), victims, {"memory": release}, USED,
+                     lambda p: {"memory": _used(p)})
+
+
 def plan(state: QoSState, slo: NodeSLOSpec) -> list[Eviction]:
-    if not slo.resourceUsedThresholdWithBE.enable:
+    if not slo.resourceUsedThresholdWithBE.enable or state.capacity.memory_bytes <= 0:
         return []
     last = state.last_evict_ms.get(COOL_DOWN, 0)  # koordlet: starts at zero, so the first check is immediate
     if last and state.now_ms - last < COOL_DOWN_MS:
         return []
     release = release_bytes(state, slo)
-    if release <= 0:
-        return []
-    victims = sorted((p for p in state.pods if p.is_be), key=functools.cmp_to_key(_compare))
-    out, released = [], 0
-    for p in victims:
-        if released >= release:
-            break
-        used = p.usage.memory_bytes if p.usage else 0
-        out.append(
-            Eviction(p.info.uid, p.info.namespace, p.info.name, NAME, COOL_DOWN,
-                     f"node memory over threshold: release {release} bytes", Resources(0, used))
-        )
-        released += used
-    return out
+    tasks = [
+        be_task(state, release) if release > 0 else None,
+        allocatable_task(state, slo),
+        usage_task(state, slo, release) if release > 0 else None,
+    ]
+    return eviction.evict([t for t in tasks if t is not None], NAME, COOL_DOWN, state.pending_evictions)
