@@ -16,7 +16,6 @@ from koordsim import traces
 from koordsim.cluster import PDB_KIND, MutationError, SimClock, SimCluster, SimSpec
 
 T0 = 1_780_000_200_000  # a multiple of 300 s: trace samples fall on it exactly
-needs_traces = pytest.mark.skipif(traces.find_traces_dir() is None, reason="traces directory not found")
 
 
 def spec(**kw) -> SimSpec:
@@ -120,7 +119,6 @@ async def test_mid_pods_and_workloads(sim):
     assert await sim.resolve_workload(job) == ("Job", "etl")
 
 
-@needs_traces
 async def test_usage_follows_the_bitbrains_trace(sim):
     pod = next(p for p in await sim.list_pods() if p.priority_class is PriorityClass.PROD)
     vm = traces.bitbrains_vm(int(pod.labels["app"].split("-")[1]))
@@ -338,11 +336,23 @@ def test_sim_clock_speed():
     assert SimSpec.model_validate_json(resolved.model_dump_json()) == resolved
 
 
-async def test_synthetic_when_traces_absent(tmp_path):
-    s = SimCluster(spec(traces_dir=str(tmp_path / "absent")))
+async def test_synthetic_load_only_when_asked_for(tmp_path):
+    s = SimCluster(spec(trace_set="synthetic"))
     assert s.state.synthetic
     assert len(await s.list_pods()) == 6 * 8 + 1
     assert s.node_usage("sim-node-000", T0).cpu_milli > 0
+    # a folder without the traces is an error, never a quiet switch to synthetic load
+    with pytest.raises(traces.TracesNotFound):
+        SimCluster(spec(traces_dir=str(tmp_path / "absent")))
+
+
+def test_genesis_resolves_which_traces_every_replica_reads(monkeypatch):
+    monkeypatch.delenv("KOORD_TRACE_DIR", raising=False)
+    resolved = spec().resolved()
+    assert resolved.trace_set == "sample" and resolved.trace_source() == traces.sample_source()
+    assert not SimCluster(spec(nodes=1)).state.synthetic
+    with pytest.raises(traces.FullTracesRequired, match="KOORD_TRACE_DIR"):
+        spec(trace_set="full").trace_source()
 
 
 def test_open_cluster_and_protocol():
@@ -465,7 +475,6 @@ async def _until(cond, interval: float = 0.02) -> None:
 # --------------------------------------------------------------------------- batch stream
 
 
-@needs_traces
 def test_batch_arrivals_follow_the_2017_trace():
     from koordsim.batch import BATCH_NAMESPACE, batch_arrivals
 

@@ -1,16 +1,19 @@
-"""Trace loaders: real rows parse to the expected system units."""
+"""Trace readers: real rows parse to the expected system units; the full set when KOORD_TRACE_DIR
+names it (tests marked full_traces), the bundled sample otherwise."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from koordsim import traces
 
-needs_traces = pytest.mark.skipif(traces.find_traces_dir() is None, reason="traces directory not found")
+SAMPLE = traces.sample_source()
 
 HEADER = (
     "Timestamp [ms];\tCPU cores;\tCPU capacity provisioned [MHZ];\tCPU usage [MHZ];\tCPU usage [%];\t"
@@ -55,7 +58,7 @@ def test_parse_bitbrains_rebins_duplicates_and_fills_holes():
     assert vm.memory_bytes.tolist() == pytest.approx([384 * 1024, 384 * 1024, 1024 * 1024])
 
 
-@needs_traces
+@pytest.mark.full_traces
 def test_bitbrains_vm1_real_rows():
     vm = traces.bitbrains_vm(1)
     assert vm.cores == 2
@@ -69,7 +72,7 @@ def test_bitbrains_vm1_real_rows():
     assert len(vm) == 8640  # 30 days at 300 s
 
 
-@needs_traces
+@pytest.mark.full_traces
 def test_bitbrains_vm50_zero_cores_prefix_is_zero_usage():
     vm = traces.bitbrains_vm(50)
     assert vm.cores == 8
@@ -77,7 +80,7 @@ def test_bitbrains_vm50_zero_cores_prefix_is_zero_usage():
     assert np.isfinite(vm.cpu_milli).all()
 
 
-@needs_traces
+@pytest.mark.full_traces
 def test_alibaba2018_machine_usage_rebinned_to_60s():
     usage = traces.alibaba2018_machine_usage()
     assert len(usage) == 16
@@ -90,7 +93,7 @@ def test_alibaba2018_machine_usage_rebinned_to_60s():
     assert m33.cpu_percent[:3].tolist() == [5, 5, 6]  # ts 140, 180, 250
 
 
-@needs_traces
+@pytest.mark.full_traces
 def test_alibaba2018_machine_meta_inventory():
     meta = traces.alibaba2018_machine_meta()
     assert len(meta) == 4034
@@ -99,7 +102,7 @@ def test_alibaba2018_machine_meta_inventory():
     assert (m100.time_s, m100.failure_domain_1, m100.failure_domain_2) == (641294, 9, "9")
 
 
-@needs_traces
+@pytest.mark.full_traces
 def test_alibaba2017_batch_tasks():
     bt = traces.alibaba2017_batch_tasks()
     assert len(bt) == 80553
@@ -114,7 +117,7 @@ def test_alibaba2017_batch_tasks():
     assert (top[500], top[1000], top[-1]) == (52901, 17584, 9017)  # PROVENANCE: 52.9k, 17.6k, 9,017 empty
 
 
-@needs_traces
+@pytest.mark.full_traces
 def test_genai_pod_memory_util():
     pods = traces.genai_pod_memory_util()
     assert len(pods) == 208
@@ -124,7 +127,7 @@ def test_genai_pod_memory_util():
     assert (np.diff(s.ts_s) >= 0).all()
 
 
-@needs_traces
+@pytest.mark.full_traces
 def test_demo_sized_load_is_fast(tmp_path, monkeypatch):
     """20 nodes x 8 prod pods + 5 mid pods: parsed once (bounded for a busy 2-core box), then
     every later process reads the disk cache well under the 2-s budget."""
@@ -162,29 +165,97 @@ def test_synthetic_diurnal_is_seeded_and_diurnal():
     assert (vm.cpu_milli <= 4000).all() and (vm.memory_bytes <= 1 << 33).all()
 
 
-def test_missing_traces_dir_raises_and_warns(tmp_path, caplog):
-    with pytest.raises(FileNotFoundError):
-        traces.bitbrains_vm(1, tmp_path / "absent")
-    assert not traces.bitbrains_available(tmp_path / "absent")
-    traces._warned.discard("unit-test")
-    with caplog.at_level(logging.WARNING, logger="koordsim.traces"):
-        traces.warn_synthetic("unit-test")
-    assert "synthetic" in caplog.text
+def test_a_folder_without_the_file_says_which_and_where(tmp_path):
+    with pytest.raises(traces.TracesNotFound, match=r"bitbrains-rnd-2013-7/rnd/2013-7/1.csv.gz is not in .*KOORD_TRACE_DIR"):
+        traces.bitbrains_vm(1, tmp_path)
+    assert not traces.bitbrains_available(tmp_path) and traces.bitbrains_vm_ids(tmp_path) == []
 
 
-@needs_traces
+def test_the_source_is_the_full_set_when_named_else_the_sample(tmp_path, monkeypatch):
+    monkeypatch.delenv("KOORD_TRACE_DIR", raising=False)
+    assert traces.trace_source() == SAMPLE and SAMPLE.is_sample and traces.trace_dir() == SAMPLE.path
+    assert "set KOORD_TRACE_DIR for the full set" in SAMPLE.describe()
+    with pytest.raises(traces.FullTracesRequired, match="needs the full trace set: set KOORD_TRACE_DIR"):
+        traces.trace_source(require_full=True)
+    monkeypatch.setenv("KOORD_TRACE_DIR", str(tmp_path))
+    full = traces.trace_source(require_full=True)
+    assert (full.kind, full.path) == ("full", tmp_path.resolve()) and not full.is_sample
+    monkeypatch.setenv("KOORD_TRACE_DIR", str(tmp_path / "absent"))  # a wrong name is an error, not the sample
+    with pytest.raises(traces.TracesNotFound, match="KOORD_TRACE_DIR=.*absent is not a folder"):
+        traces.trace_source()
+    assert traces.as_source(SAMPLE.path) == SAMPLE and traces.as_source(str(tmp_path)).kind == "full"
+
+
+def test_a_file_or_its_gzip_copy(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.csv").write_text("x")
+    (tmp_path / "d" / "b.csv.gz").write_bytes(b"")
+    assert traces.trace_file(tmp_path, "d/a.csv") == tmp_path / "d" / "a.csv"
+    assert traces.trace_file(tmp_path, "d/b.csv") == tmp_path / "d" / "b.csv.gz"
+
+
+def test_readers_report_the_source_they_read(caplog):
+    with caplog.at_level(logging.INFO, logger="koordsim.traces"):
+        traces._reported.clear()
+        vm = traces.bitbrains_vm(20, SAMPLE)
+        tasks = traces.alibaba2017_batch_tasks(SAMPLE)
+    assert vm.source == SAMPLE and tasks.source == SAMPLE
+    assert all(m.source == SAMPLE for m in traces.alibaba2018_machine_usage(SAMPLE).values())
+    assert all(p.source == SAMPLE for p in traces.genai_pod_memory_util(SAMPLE).values())
+    assert "Bitbrains VMs read from the trace sample bundled with koordsim" in caplog.text
+
+
+def test_the_sample_holds_what_its_provenance_says():
+    usage = traces.alibaba2018_machine_usage(SAMPLE)
+    assert sorted(usage) == [f"m_{n}" for n in range(1933, 1947)]  # the 14 machines with all 8 days
+    for m in usage.values():
+        assert m.start_s <= 3 * 3600 and m.start_s + len(m) * m.step_s >= 691_200 - 3 * 3600
+    assert usage["m_1933"].start_s == 120 and usage["m_1933"].cpu_percent[:3].tolist() == [5, 5, 6]
+    meta = traces.alibaba2018_machine_meta(SAMPLE)
+    assert len(meta) == 4034 and meta[0] == traces.MachineMeta("m_1", 683653, 219, "17", 96, 100, "USING")
+    bt = traces.alibaba2017_batch_tasks(SAMPLE)
+    assert len(bt) == 20001 and len(np.unique(bt.job_id)) == 3177
+    assert (bt.create_s.min(), bt.create_s.max()) == (-1078, 59763)  # the whole day of submissions
+    i = int(np.flatnonzero((bt.job_id == 3) & (bt.task_id == 4))[0])
+    assert (bt.create_s[i], bt.duration_s[i], bt.instances[i], bt.plan_cpu_milli[i]) == (6459, 65, 15740, 500)
+    assert traces.bitbrains_vm_ids(SAMPLE) == list(range(20, 500, 20))
+    vm = traces.bitbrains_vm(20, SAMPLE)
+    assert len(vm) == 8640 and vm.step_s == 300  # 30 days
+    pods = traces.genai_pod_memory_util(SAMPLE)
+    assert len(pods) == 24 and all((np.diff(p.ts_s) >= 0).all() for p in pods.values())
+    sums = (SAMPLE.path / "SHA256SUMS").read_text().splitlines()
+    assert len(sums) == 30 and (SAMPLE.path / "PROVENANCE.md").is_file()
+    size = sum(p.stat().st_size for p in SAMPLE.path.rglob("*") if p.is_file())
+    assert size < 5_000_000
+
+
+@pytest.mark.full_traces
+def test_the_sample_is_regenerated_byte_for_byte_from_the_full_set(tmp_path):
+    tool = Path(traces.__file__).resolve().parents[2] / "tools" / "make_trace_sample.py"
+    if not tool.is_file():
+        pytest.skip("the tool is in the source checkout, not in an installed koordsim")
+    spec = importlib.util.spec_from_file_location("make_trace_sample", tool)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--full", str(traces.full_source().path), "--out", str(tmp_path)]) == 0
+    made = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    shipped = {p.relative_to(SAMPLE.path): p.read_bytes() for p in SAMPLE.path.rglob("*")
+               if p.is_file() and p.name != "PROVENANCE.md"}
+    assert made == shipped
+
+
 def test_parsed_vms_are_cached_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("KOORD_TRACE_CACHE_DIR", str(tmp_path))
     traces._bitbrains_vm.cache_clear()
-    first = traces.bitbrains_vm(3)
-    [cached] = list(tmp_path.glob("3-*.npz"))
+    first = traces.bitbrains_vm(40, SAMPLE)
+    [cached] = list(tmp_path.glob("40-*.npz"))
     traces._bitbrains_vm.cache_clear()
-    again = traces.bitbrains_vm(3)
+    again = traces.bitbrains_vm(40, SAMPLE)
     assert (again.start_s, again.cores, again.memory_bytes_provisioned) == (first.start_s, first.cores, first.memory_bytes_provisioned)
     assert np.array_equal(again.cpu_milli, first.cpu_milli) and np.array_equal(again.memory_bytes, first.memory_bytes)
     cached.write_bytes(b"garbage")  # a broken cache file is re-parsed, not trusted
     traces._bitbrains_vm.cache_clear()
-    assert np.array_equal(traces.bitbrains_vm(3).cpu_milli, first.cpu_milli)
+    assert np.array_equal(traces.bitbrains_vm(40, SAMPLE).cpu_milli, first.cpu_milli)
     monkeypatch.setenv("KOORD_TRACE_CACHE_DIR", "off")
     assert traces.cache_dir() is None
     traces._bitbrains_vm.cache_clear()

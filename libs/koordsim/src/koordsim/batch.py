@@ -26,16 +26,15 @@ MIN_MEMORY = 64 << 20
 
 
 def _tasks(spec: SimSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    try:
-        bt = traces.alibaba2017_batch_tasks(spec.traces_dir)
-        return bt.create_s, bt.duration_s, bt.job_id, bt.task_id, bt.plan_cpu_milli, bt.memory_norm
-    except (FileNotFoundError, OSError):
-        traces.warn_synthetic("Alibaba 2017 batch tasks")
+    source = spec.trace_source()
+    if source is None:  # synthetic load, asked for
         rng = np.random.default_rng(spec.seed)
         n = 4000
         create = np.sort(rng.integers(0, TRACE_PERIOD_S, n))
         return (create, rng.integers(60, 1800, n), np.arange(n), np.zeros(n, dtype=np.int64),
                 rng.choice([500, 1000], n), rng.uniform(0.002, 0.02, n))
+    bt = traces.alibaba2017_batch_tasks(source)
+    return bt.create_s, bt.duration_s, bt.job_id, bt.task_id, bt.plan_cpu_milli, bt.memory_norm
 
 
 def batch_arrivals(spec: SimSpec, from_ms: int, to_ms: int) -> list[PodRecord]:

@@ -52,26 +52,27 @@ def pod_uid(seed: int, namespace: str, name: str) -> str:
 def _load_vms(spec: SimSpec, count: int, rng: np.random.Generator) -> tuple[list[traces.VmTrace], bool]:
     if count == 0:
         return [], False
-    if traces.bitbrains_available(spec.traces_dir):
-        ids = np.asarray(traces.bitbrains_vm_ids(spec.traces_dir))
-        chosen = rng.permutation(ids)[: min(count, ids.size)]
-        return [traces.bitbrains_vm(int(i), spec.traces_dir) for i in chosen], False
-    traces.warn_synthetic("Bitbrains VMs")
-    gen = traces.SyntheticDiurnal(seed=spec.seed, mean=0.1, amplitude=0.06, noise=0.02)
-    cores = rng.choice([1, 2, 4, 8], size=count, p=[0.45, 0.2, 0.22, 0.13])
-    return [gen.vm(i + 1, int(c), int(c) * 4 * GIB) for i, c in enumerate(cores)], True
+    source = spec.trace_source()
+    if source is None:  # synthetic load, asked for
+        gen = traces.SyntheticDiurnal(seed=spec.seed, mean=0.1, amplitude=0.06, noise=0.02)
+        cores = rng.choice([1, 2, 4, 8], size=count, p=[0.45, 0.2, 0.22, 0.13])
+        return [gen.vm(i + 1, int(c), int(c) * 4 * GIB) for i, c in enumerate(cores)], True
+    ids = np.asarray(traces.bitbrains_vm_ids(source))
+    if ids.size == 0:
+        raise traces.TracesNotFound(f"no Bitbrains VMs in {source.describe()}")
+    chosen = rng.permutation(ids)[: min(count, ids.size)]
+    return [traces.bitbrains_vm(int(i), source) for i in chosen], False
 
 
 def _load_machines(spec: SimSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, list[traces.MachineMeta]]:
-    try:
-        usage = traces.alibaba2018_machine_usage(spec.traces_dir)
-        meta = traces.alibaba2018_machine_meta(spec.traces_dir)
-    except (FileNotFoundError, OSError):
-        traces.warn_synthetic("Alibaba 2018 machine usage")
+    source = spec.trace_source()
+    if source is None:  # synthetic load, asked for
         gen = traces.SyntheticDiurnal(seed=spec.seed, mean=35, amplitude=15, noise=3, step_s=60)
         cpu = np.clip(gen.series(7 * 1440), 0, 100)[None, :]
         mem = np.full_like(cpu, 88.0)
         return cpu, mem, np.asarray([cpu.shape[1]]), 60, []
+    usage = traces.alibaba2018_machine_usage(source)
+    meta = traces.alibaba2018_machine_meta(source)
     series = sorted(usage.values(), key=lambda m: m.machine_id)
     length = max(len(m) for m in series)
     cpu = np.zeros((len(series), length))
@@ -176,6 +177,7 @@ def build(spec: SimSpec) -> Genesis:
     offsets = rng.integers(0, 1 << 30, size=n_online + n_mid)
     prio = rng.integers(0, 100, size=n_online + n_mid)
     replica_of = np.zeros(len(vms), dtype=np.int64)
+    names: set[str] = set()
     used = np.zeros((n_nodes, 2))
     start = spec.start_ms or 0
 
@@ -187,6 +189,11 @@ def build(spec: SimSpec) -> Genesis:
         replica = int(replica_of[vm_k])
         replica_of[vm_k] += 1
         name = f"{rs}-{safe_hash(f'{spec.seed}/{rs}/{replica}', 5)}"
+        retry = 0
+        while name in names:  # five hash letters collide among a VM's many replicas now and then
+            retry += 1
+            name = f"{rs}-{safe_hash(f'{spec.seed}/{rs}/{replica}/{retry}', 5)}"
+        names.add(name)
         uid = pod_uid(spec.seed, ONLINE_NAMESPACE, name)
         pods.append(
             PodRecord(

@@ -6,6 +6,8 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import traces
+
 GIB = 1 << 30
 
 
@@ -31,6 +33,11 @@ class SimSpec(BaseModel):
     prod_fill_max: float = Field(0.8, gt=0, le=1)
     max_pod_fraction: float = Field(0.4, gt=0, le=1)  # one pod's request at most this share of a node
     max_vms: int = Field(200, ge=1)  # distinct Bitbrains VMs; more pods replay them at other offsets
+    # Which traces drive the cluster: "auto" (the full set when KOORD_TRACE_DIR names it, else the
+    # sample bundled with koordsim), "full" (KOORD_TRACE_DIR or an error), "sample", or
+    # "synthetic" (seeded diurnal load, only when asked for). `traces_dir` names a folder instead.
+    # Genesis resolves "auto", so every replica reads the same kind.
+    trace_set: str = Field("auto", pattern="^(auto|full|sample|synthetic)$")
     traces_dir: str | None = None
     start_ms: int | None = None
     wall_anchor_ms: int | None = None
@@ -50,7 +57,19 @@ class SimSpec(BaseModel):
             update["wall_anchor_ms"] = wall
         if self.start_ms is None:
             update["start_ms"] = update.get("wall_anchor_ms", self.wall_anchor_ms)
+        if self.trace_set == "auto" and self.traces_dir is None:
+            update["trace_set"] = traces.trace_source().kind
         return self.model_copy(update=update) if update else self
+
+    def trace_source(self) -> traces.TraceSource | None:
+        """Where the traces are read from; None for synthetic load."""
+        if self.traces_dir is not None:
+            return traces.as_source(self.traces_dir)
+        if self.trace_set == "synthetic":
+            return None
+        if self.trace_set == "sample":
+            return traces.sample_source()
+        return traces.trace_source(require_full=self.trace_set == "full")
 
     def node_name(self, i: int) -> str:
         width = max(3, len(str(max(self.nodes - 1, 0))))
