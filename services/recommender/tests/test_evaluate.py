@@ -24,11 +24,32 @@ def test_replay_scores_policies_on_a_known_series():
     assert m.overrun("recommender") == 0 and m.slack("provisioned") == pytest.approx(0.75)
 
 
-@pytest.mark.skipif(not traces.bitbrains_available(), reason="traces folder absent")
-def test_one_command_runs_on_real_traces(tmp_path, capsys):
-    assert main(["--vms", "3", "--genai-pods", "3", "--jobs", "1", "--out", str(tmp_path)]) == 0
+def _run(tmp_path, capsys, *extra: str) -> str:
+    assert main(["--vms", "3", "--genai-pods", "3", "--jobs", "1", "--out", str(tmp_path), *extra]) == 0
     out = capsys.readouterr().out
     assert "Bitbrains rnd 2013-7: 3 VMs replayed" in out and "GenAI" in out
     assert (tmp_path / "bitbrains.csv").read_text().count("\n") == 1 + 3 * 2
     assert 1 + 1 <= (tmp_path / "genai.csv").read_text().count("\n") <= 1 + 3  # short pods have no scored hour
     assert (tmp_path / "summary.txt").is_file()
+    return out
+
+
+def test_one_command_runs_on_the_bundled_sample(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("KOORD_TRACE_DIR", raising=False)
+    out = _run(tmp_path, capsys, "--sample")
+    assert out.startswith("traces: the trace sample bundled with koordsim")
+    assert "not the published figures" in out.splitlines()[1]
+
+
+def test_without_the_full_set_it_stops_and_names_koord_trace_dir(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("KOORD_TRACE_DIR", raising=False)
+    assert main(["--vms", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "set KOORD_TRACE_DIR" in err and "--sample" in err
+    assert not (tmp_path / "bitbrains.csv").exists()
+
+
+@pytest.mark.full_traces
+def test_one_command_runs_on_the_full_set(tmp_path, capsys):
+    out = _run(tmp_path, capsys)
+    assert out.startswith(f"traces: the full trace set at {traces.full_source().path}")

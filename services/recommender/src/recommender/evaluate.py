@@ -1,6 +1,10 @@
 """Replay real usage traces through the recommender core and score its recommendations.
 
-    python -m recommender.evaluate [--vms N] [--out DIR] [--jobs J]
+    python -m recommender.evaluate [--vms N] [--out DIR] [--jobs J] [--sample]
+
+The published figures replay the full trace set, which `KOORD_TRACE_DIR` names; without it the
+run stops and says so. `--sample` runs on the sample bundled with koordsim instead (24 VMs,
+24 pods): a check that the evaluation works, not the published figures.
 
 Bitbrains rnd 2013-7 (per-VM CPU and memory at 5 min, 30 days, with what each VM was
 provisioned) and the Alibaba GenAI 2026 per-pod memory utilisation (~1 min, 23 h) are fed,
@@ -143,10 +147,10 @@ def replay(series: Series, warmup_s: float, update_s: float, cfg: EstimatorConfi
 # --------------------------------------------------------------------------- loaders
 
 
-def bitbrains_series(vm_id: int) -> Series | None:
+def bitbrains_series(vm_id: int, source=None) -> Series | None:
     from koordsim import traces
 
-    vm = traces.bitbrains_vm(vm_id)
+    vm = traces.bitbrains_vm(vm_id, source)
     if vm.cores <= 0 or vm.memory_bytes_provisioned <= 0 or len(vm) < 2:
         return None  # 12 VMs report no cores: nothing to compare against
     ts = vm.start_s + vm.step_s * np.arange(len(vm), dtype=np.float64)
@@ -160,22 +164,22 @@ def bitbrains_series(vm_id: int) -> Series | None:
     )
 
 
-def genai_series(limit_bytes: float, pods: int | None = None) -> list[Series]:
+def genai_series(limit_bytes: float, pods: int | None = None, source=None) -> list[Series]:
     from koordsim import traces
 
     out = []
-    for name, s in sorted(traces.genai_pod_memory_util().items())[: pods or None]:
+    for name, s in sorted(traces.genai_pod_memory_util(source).items())[: pods or None]:
         if s.ts_s.size < 2:
             continue
         out.append(Series(f"genai-{name[:12]}", s.ts_s.astype(np.float64), None, np.clip(s.values, 0, None) * limit_bytes, None, limit_bytes))
     return out
 
 
-def _bitbrains_job(args: tuple[list[int], float, float, EstimatorConfig, int]) -> tuple[list[Result], int]:
-    vm_ids, warmup_s, update_s, cfg, example = args
+def _bitbrains_job(args: tuple) -> tuple[list[Result], int]:
+    vm_ids, warmup_s, update_s, cfg, example, source = args
     results, skipped = [], 0
     for vm in vm_ids:
-        s = bitbrains_series(vm)
+        s = bitbrains_series(vm, source)
         if s is None:
             skipped += 1
             continue
@@ -310,26 +314,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--genai-limit-gib", type=float, default=16.0, help="memory limit the GenAI fractions are of")
     ap.add_argument("--update-min", type=float, default=60.0, help="minutes between recommendation updates")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--example-vm", type=int, default=1, help="VM whose CPU is drawn over time in the plot")
+    ap.add_argument("--example-vm", type=int, default=None,
+                    help="VM whose CPU is drawn over time in the plot (default: the first replayed)")
     ap.add_argument("--out", default="recommender-eval", help="directory for the CSV files and the plot")
+    ap.add_argument("--sample", action="store_true",
+                    help="run on the trace sample bundled with koordsim instead of the full set (not the published figures)")
     args = ap.parse_args(argv)
 
     from koordsim import traces
 
-    if not traces.bitbrains_available():
-        print("the traces directory was not found (set KOORD_SHARED_DIR or KOORD_TRACES_DIR)", file=sys.stderr)
+    try:
+        source = traces.sample_source() if args.sample else traces.trace_source(require_full=True)
+    except traces.TracesNotFound as exc:
+        print(f"{exc}\n(or run on the bundled sample with --sample)", file=sys.stderr)
         return 2
+    print(f"traces: {source.describe()}", flush=True)
+    if source.is_sample:
+        print("the sample holds a few dozen VMs and pods: these are not the published figures", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     update_s = args.update_min * 60
 
-    vm_ids = traces.bitbrains_vm_ids()[: max(1, args.vms)]
-    example = args.example_vm
+    vm_ids = traces.bitbrains_vm_ids(source)[: max(1, args.vms)]
+    example = args.example_vm if args.example_vm is not None else vm_ids[0]
     cfg_bb = EstimatorConfig(sample_interval_s=300)
     jobs = max(1, args.jobs)
     chunks = [vm_ids[i::jobs] for i in range(jobs)]
-    work = [(c, 86400.0, update_s, cfg_bb, example) for c in chunks if c]
+    work = [(c, 86400.0, update_s, cfg_bb, example, source) for c in chunks if c]
     bitbrains: list[Result] = []
     skipped = 0
     if jobs == 1:
@@ -344,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     t_bb = time.monotonic() - started
 
     cfg_g = EstimatorConfig(sample_interval_s=60)
-    genai = [replay(s, 3600.0, min(update_s, 300.0), cfg_g) for s in genai_series(args.genai_limit_gib * GIB, args.genai_pods or None)]
+    genai = [replay(s, 3600.0, min(update_s, 300.0), cfg_g) for s in genai_series(args.genai_limit_gib * GIB, args.genai_pods or None, source)]
     t_all = time.monotonic() - started
 
     rows = table_rows("Bitbrains", bitbrains, ("cpu", "memory")) + table_rows("GenAI", genai, ("memory",))
