@@ -248,3 +248,25 @@ def test_compose_sim_driver_command_parses():
     assert ctx.params["nodes"] == 20
     assert ctx.params["extender_url"] == "http://scheduler-extender:10262"
     assert ctx.params["genesis"] is True
+
+
+def test_traces_lists_the_sample_and_where_to_get_the_full_set(monkeypatch):
+    monkeypatch.delenv("KOORD_TRACE_DIR", raising=False)
+    r = run("traces", "-o", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["full"] is None and data["in_use"]["kind"] == "sample"
+    by_name = {d["name"]: d for d in data["datasets"]}
+    assert by_name["bitbrains"]["sample"]["files"] == 24 and by_name["bitbrains"]["full"] is None
+    assert by_name["alibaba-2018"]["sample"]["bytes"] > 0 and "github.com" in by_name["alibaba-2018"]["origin"]
+    r = run("traces")
+    assert r.exit_code == 0 and "set KOORD_TRACE_DIR" in r.output
+
+
+def test_traces_reports_a_koord_trace_dir_that_is_no_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("KOORD_TRACE_DIR", str(tmp_path / "absent"))
+    r = runner.invoke(app, ["traces"])
+    assert r.exit_code == 1 and "is not a folder" in r.output
+    monkeypatch.setenv("KOORD_TRACE_DIR", str(tmp_path))  # a folder without the datasets: each is absent
+    data = json.loads(run("traces", "-o", "json").output)
+    assert data["in_use"]["kind"] == "full" and all(d["full"]["files"] == 0 for d in data["datasets"])

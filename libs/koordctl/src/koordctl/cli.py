@@ -175,7 +175,7 @@ def up(
     except KeyboardInterrupt:
         ok = True
         console.print("stopped")
-    except RuntimeError as exc:  # a service or NATS failed to start: say which, without a traceback
+    except (RuntimeError, FileNotFoundError) as exc:  # NATS, a service or the traces: say which, no traceback
         console.print(f"[red]demo failed:[/] {exc}")
         raise typer.Exit(1)
     if check and not ok:
@@ -197,6 +197,54 @@ def sim(
 
     logging.getLogger().setLevel(logging.INFO)
     asyncio.run(run_sim_driver(nats_url, extender_url, nodes, namespace, batch_tasks_per_node_hour, genesis))
+
+
+def trace_inventory() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(per dataset: what the sample and the full set hold; the source a run would use)."""
+    from koordsim import traces as tr
+
+    try:
+        full, problem = tr.full_source(), ""
+    except tr.TracesNotFound as exc:
+        full, problem = None, str(exc)
+    sample = tr.sample_source()
+    rows = []
+    for d in tr.DATASETS:
+        row: dict[str, Any] = {"name": d.name, "folder": d.folder, "what": d.what, "used_by": d.used_by, "origin": d.origin}
+        for where, src in (("sample", sample), ("full", full)):
+            if src is None:
+                row[where] = None
+            else:
+                files, size = tr.dataset_files(src, d)
+                row[where] = {"files": files, "bytes": size}
+        rows.append(row)
+    in_use = full or sample
+    return rows, {
+        "in_use": {"kind": in_use.kind, "path": str(in_use.path), "describe": in_use.describe()},
+        "sample": str(sample.path),
+        "full": str(full.path) if full else None,
+        "problem": problem,
+    }
+
+
+@app.command("traces")
+def traces_cmd(output: str = typer.Option("table", "--output", "-o", help="table or json")):
+    """Which trace datasets are here (the bundled sample; the full set KOORD_TRACE_DIR names),
+    their size, and where to get the rest."""
+    _check_output(output)
+    rows, where = trace_inventory()
+    if output == "json":
+        _print_json({**where, "datasets": rows})
+    else:
+        console.print(render.traces_table(rows))
+        console.print(f"runs read {where['in_use']['describe']}")
+        if where["full"] is None:
+            console.print(
+                "the full set is not here: download the datasets from the sources above into one folder, "
+                "one sub-folder per dataset as named in the sample, and set KOORD_TRACE_DIR to it"
+            )
+    if where["problem"]:
+        raise _fail(where["problem"], 1)
 
 
 def probe_services(client: httpx.Client, services: dict[str, str]) -> dict[str, dict[str, Any]]:

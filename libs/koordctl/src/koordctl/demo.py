@@ -15,6 +15,7 @@ from koordcommon.records import ContainerSpec, PodRecord
 from koordcommon.resources import Resources, batch_cpu, batch_memory
 from koordcommon.schemas import NodeMetric
 from koordcommon.service import cancel_and_wait
+from koordsim import traces
 from koordsim.cluster import SimCluster, SimSpec
 from koordsim.scheduler import ExtenderScheduler
 from rich.console import Console
@@ -170,6 +171,7 @@ class Demo:
         launcher = self.launcher
         tasks: list[asyncio.Task] = []
         try:
+            console.print(f"[bold]traces[/] {traces.trace_source().describe()}")
             nats_url = launcher.start_nats()
             console.print(f"[bold]NATS[/] {nats_url} (namespace {launcher.namespace}); data in {launcher.data_dir}")
             self.bus = Bus(nats_url, service="koordctl", namespace=launcher.namespace)

@@ -159,3 +159,19 @@ def profiles_table(objs: list[Mapping[str, Any]]) -> Table:
             "name", "namespaceSelector", "selector", "qosClass", "priorityClassName", "koordinatorPriority",
             "schedulerName", "probability")))  # fmt: skip
     return t
+
+
+def size(b: int) -> str:
+    return f"{b / 1e6:.1f} MB" if b >= 100_000 else f"{b / 1e3:.0f} kB"
+
+
+def traces_table(rows: list[Mapping[str, Any]]) -> Table:
+    """One row per dataset: what the bundled sample and the full set hold of it."""
+    t = _table("trace datasets", ["dataset", "what", "sample", "full set", "used for", "where to get it"])
+    for r in rows:
+        cells = []
+        for where in ("sample", "full"):
+            have = r[where]
+            cells.append("not set" if have is None else (f"{have['files']} files, {size(have['bytes'])}" if have["files"] else "absent"))
+        t.add_row(r["name"], r["what"], *cells, r["used_by"], r["origin"])
+    return t
