@@ -475,7 +475,8 @@ async def main() -> int:
     ap.add_argument("--http-pods", type=int, default=3000, help="pods through the HTTP throughput case (0: skip)")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
-    print(f"traces: {_trace_dir()} (Alibaba GPU 2023 pod and node lists)", flush=True)
+    print(f"traces: {_trace_dir()} (Alibaba GPU 2023 pod and node lists; "
+          f"{'the full set' if os.environ.get('KOORD_TRACE_DIR') else 'the sample bundled with koordsim'})", flush=True)
     started = time.perf_counter()
     inputs, cluster, stream = build(args.nodes, args.seed)
     st = make_state(inputs)

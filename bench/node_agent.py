@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from koordcommon.records import ContainerSpec, PodRecord
+from koordsim import traces
 from koordsim.cluster import SimCluster, SimSpec
 from node_agent.collect.cgroups import CgroupLayout, CgroupReader
 from node_agent.collect.node import RealCollector
@@ -152,6 +153,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=30)
     args = ap.parse_args()
+    print(f"traces (sim mode): {traces.trace_source().describe()}", flush=True)
     bench_real(args.pods, args.containers, args.cycles)
     asyncio.run(bench_sim(args.nodes, args.rounds))
 
