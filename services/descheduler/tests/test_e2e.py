@@ -46,6 +46,8 @@ ARGS = {
         "highThresholds": {"cpu": HIGH_CPU, "memory": 80},
         "anomalyCondition": {"consecutiveAbnormalities": 2},  # acts on the 3rd hot round
     }],
+    # the online pods replay traces; only the batch workloads below are this scenario's to move
+    "evictableNamespaces": {"include": [BATCH_NS]},
     "limits": {"maxMigratingPerNode": PER_NODE, "maxMigratingPerRound": PER_ROUND, "evictQPS": 5, "evictBurst": 2},
     "migration": {"defaultJobMode": "ReservationFirst", "reservationWaitSeconds": 10, "defaultJobTTLSeconds": 60},
 }
