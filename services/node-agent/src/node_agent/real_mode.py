@@ -41,6 +41,8 @@ class RealAgent:
         self.pods: list[PodInfo] = []
         self.pod_records = []
         self.node_record = None
+        self.node_records = {}  # name -> NodeRecord, as the sim agent has them (QoS reads its node's)
+        self.host_apps: list[tuple[str, str]] = []  # the NodeSLO host applications: (name, cgroup dir)
         self.published = 0
         self.last_round_ms: int | None = None
         self.on_round = []
@@ -59,6 +61,7 @@ class RealAgent:
                 log.warning("cluster read failed; keeping the last pod list", extra={"error": repr(exc)})
             if self.node_record is not None:
                 cap, alloc = self.node_record.capacity_resources(), self.node_record.allocatable_resources()
+                self.node_records = {self.node: self.node_record}
         if cap is None:
             cap = Resources(self.proc.cpu_count() * 1000, memory_total_bytes(self.proc.meminfo()))
             alloc = cap
@@ -67,7 +70,7 @@ class RealAgent:
         NODES.labels(self.MODE).set(1)
 
     def collect(self, wall_ms: int, t_ns: int | None = None) -> NodeRound:
-        r = self.collector.collect(self.pods, time.monotonic_ns() if t_ns is None else t_ns)
+        r = self.collector.collect(self.pods, time.monotonic_ns() if t_ns is None else t_ns, self.host_apps)
         self.reporter.record(wall_ms, {self.node: r})
         self.last_round_ms = wall_ms
         ROUNDS.labels(self.MODE).inc()

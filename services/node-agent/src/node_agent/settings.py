@@ -34,6 +34,8 @@ class AgentSettings(ServiceSettings):
     proc_root: str = "/proc"
     cgroup_driver: str = Field("auto", pattern="^(auto|cgroupfs|systemd)$")
     cgroup_version: str = Field("auto", pattern="^(auto|v1|v2)$")
+    # the kubelet CPU manager's checkpoint: under its static policy the CPUs it pinned are never BE's
+    kubelet_cpu_manager_state: str = "/var/lib/kubelet/cpu_manager_state"
     # node QoS manager (strategies are still off unless the NodeSLO enables them)
     qos_enabled: bool = True
     qos_dry_run: bool = False

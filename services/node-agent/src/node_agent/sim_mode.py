@@ -79,6 +79,7 @@ class SimAgent:
         self.reporter = Reporter(history_config(settings, sim=True), report_config(settings))
         self._uid_of: dict[str, str] = {}  # pod key -> uid
         self._pods_by_node: dict[str, list[PodRecord]] = {}
+        self.node_records: dict[str, NodeRecord] = {}  # the selected nodes (QoS reads their allocatable, annotations)
         self._infos: dict[str, tuple[str, PodInfo]] = {}  # uid -> (resourceVersion, PodInfo)
         self.published = 0
         self.last_round_ms: int | None = None
@@ -88,6 +89,7 @@ class SimAgent:
     async def refresh(self) -> None:
         nodes = select_nodes(await self.cluster.list_nodes(), self.settings)
         names = {n.name for n in nodes}
+        self.node_records = {n.name: n for n in nodes}
         self.reporter.set_nodes({n.name: (n.capacity_resources(), n.allocatable_resources()) for n in nodes})
         by_node: dict[str, list[PodRecord]] = {n: [] for n in names}
         for p in await self.cluster.list_pods():

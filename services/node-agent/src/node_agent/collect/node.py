@@ -25,12 +25,19 @@ class RealCollector:
         self._throttle_prev: dict[str, tuple[int, int]] = {}
         self.errors = 0
 
-    def collect(self, pods: list[PodInfo], t_ns: int) -> NodeRound:
+    def collect(self, pods: list[PodInfo], t_ns: int, host_apps: list[tuple[str, str]] = ()) -> NodeRound:
+        """One round; `host_apps` are the NodeSLO host applications as (name, cgroup dir)."""
         node = self._node(t_ns)
         round_ = NodeRound(node=node)
         if self.cgroups is None:
             return round_
         alive: list = ["node"]
+        for name, rel in host_apps:
+            try:
+                round_.host_apps[name] = self._usage(("host", name), rel, t_ns)[0]
+                alive.append(("host", name))
+            except (OSError, CgroupPathError, CgroupFormatError, ValueError):
+                continue  # not there (yet): no usage this round
         throttled: dict[str, float] = {}
         psi: dict[str, dict] = {}
         for pod in pods:

@@ -6,8 +6,11 @@ NodeMetric status published every 60 s (averages over the aggregate window plus
 avg/p50/p90/p95/p99 over 5/10/30 min, per node, per system and per pod).
 
 System usage is computed per round, as koordlet's system collector does:
-max(node - sum of the pods sampled that round, 0) per resource, then aggregated like any
-other series (so its average is not the difference of the averages).
+max(node - sum of the pods and host applications sampled that round, 0) per resource, then
+aggregated like any other series (so its average is not the difference of the averages).
+The NodeSLO's host applications are reported in the NodeMetric with their average usage over
+the aggregate window, priority class and QoS (the slo-controller counts those above batch
+as high-priority usage).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from koordcommon.model import PriorityClass
+from koordcommon.model import PriorityClass, QoSClass
 from koordcommon.resources import Resources
 from koordcommon.schemas import (
     AggregatedUsage,
     ContainerUsage,
+    HostApplicationMetric,
     NodeMetric,
     NodeMetricSample,
     Owner,
@@ -84,6 +88,8 @@ class NodeHistory:
         self.node_ring.slot_of(NODE)
         self.node_ring.slot_of(SYSTEM)
         self._oom_counts: dict[tuple[str, str], int] = {}
+        self.host_apps: dict[str, tuple[PriorityClass, QoSClass]] = {}
+        self.host_ring: SlotRing | None = None  # only on a node with host applications
         self.last_oom_ms: dict[tuple[str, str], int] = {}  # the recommender bumps memory after one
 
     # -- inputs
@@ -104,6 +110,14 @@ class NodeHistory:
         self.container_shares = {uid: shares[uid] for uid in self.pods if uid in shares}
         self.pod_ring.retain(self.pods)
         self.container_ring.retain(k for k in self.container_ring.series() if k[0] in self.pods)
+
+    def set_host_apps(self, apps: list[tuple[str, PriorityClass, QoSClass]]) -> None:
+        """The NodeSLO host applications (name, priority class, QoS); the history of dropped ones goes."""
+        self.host_apps = {name: (prio, qos) for name, prio, qos in apps}
+        if self.host_apps and self.host_ring is None:
+            self.host_ring = SlotRing(self.config.rows(self.config.pod_history_s), slots=len(self.host_apps))
+        if self.host_ring is not None:
+            self.host_ring.retain(self.host_apps)
 
     def record_oom_kills(self, ts_ms: int, counts: dict[tuple[str, str], int]) -> None:
         """A container's OOM-kill counter that grew since the last round had a kill by ts_ms.
@@ -126,9 +140,11 @@ class NodeHistory:
         node: Pair,
         pods: dict[str, Pair],
         containers: dict[tuple[str, str], Pair] | None = None,
+        host_apps: dict[str, Pair] | None = None,
     ) -> None:
         pod_cpu = pod_mem = 0.0
-        for c, m in pods.values():
+        apps = {k: v for k, v in (host_apps or {}).items() if k in self.host_apps}
+        for c, m in [*pods.values(), *apps.values()]:
             if not math.isnan(c):
                 pod_cpu += c
             if not math.isnan(m):
@@ -137,6 +153,8 @@ class NodeHistory:
         self.node_ring.push(ts_ms, {NODE: node, SYSTEM: system})
         self.pod_ring.push(ts_ms, pods)
         self.container_ring.push(ts_ms, containers or {})
+        if self.host_ring is not None:
+            self.host_ring.push(ts_ms, apps)
 
     # -- outputs
 
@@ -235,9 +253,21 @@ class NodeHistory:
             aggregated_node_usages=agg_node,
             aggregated_system_usages=agg_system,
             pods=pods,
+            host_applications=self._host_app_metrics(since, now_ms),
             prod_reclaimable=reclaimable,
             prod_peak=peak,
         )
+
+    def _host_app_metrics(self, since: int, until: int) -> list[HostApplicationMetric]:
+        """Each host application with usage in the window: its average, priority class and QoS, by name."""
+        if self.host_ring is None:
+            return []
+        avgs = self._averages(self.host_ring, since, until)
+        return [
+            HostApplicationMetric(name=name, priority_class=prio, qos=qos, usage=avgs[name])
+            for name, (prio, qos) in sorted(self.host_apps.items())
+            if name in avgs
+        ]
 
     def prod_prediction(self, now_ms: int) -> tuple[Resources, Resources]:
         """(reclaimable, peak) of the prod pods: request - (p95 cpu, p98 memory) x (1 + margin).

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from koordcommon import subjects
+from koordcommon.model import PriorityClass, QoSClass
 from koordcommon.resources import Resources
 from koordcommon.schemas import Message
 
@@ -33,6 +34,7 @@ class NodeRound:
     containers: dict[tuple[str, str], Pair] = field(default_factory=dict)
     extensions: dict | None = None
     oom_kills: dict[tuple[str, str], int] = field(default_factory=dict)  # cumulative, per container
+    host_apps: dict[str, Pair] = field(default_factory=dict)  # NodeSLO host application name -> usage
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,12 @@ class Reporter:
                 h = self.nodes[name] = NodeHistory(name, self.history_config)
             h.set_node(cap, alloc)
 
+    def set_host_apps(self, node: str, apps: list[tuple[str, PriorityClass, QoSClass]]) -> None:
+        """The NodeSLO host applications of a node: (name, priority class, QoS) each."""
+        h = self.nodes.get(node)
+        if h is not None:
+            h.set_host_apps(apps)
+
     def set_pods(self, by_node: dict[str, list[PodInfo]], container_shares: dict | None = None) -> None:
         for name, h in self.nodes.items():
             h.set_pods(by_node.get(name, []), container_shares)
@@ -72,7 +80,7 @@ class Reporter:
             h = self.nodes.get(name)
             if h is None:
                 continue
-            h.record(t_ms, r.node, r.pods, r.containers)
+            h.record(t_ms, r.node, r.pods, r.containers, r.host_apps)
             if r.oom_kills:
                 h.record_oom_kills(t_ms, r.oom_kills)
             if r.extensions is not None:

@@ -1,9 +1,13 @@
 """Runs the QoS of every node that has a NodeSLO after each of its collection rounds.
 
 NodeSLOs arrive from the bus KV bucket; a node without one is left alone (every strategy is
-off by default). Per node the manager builds the state, asks the strategies for a plan and
-hands it to the node's executor (see node.py and round.py); it publishes the events. One
-eviction rate limit (evict_rate_per_s) holds for all the nodes this agent drives.
+off by default). A NodeSLO setting the agent cannot honour is logged and published once as a
+`qos` event (action `not_supported`) naming it. Per node the manager builds the state (with the
+node's object, and on a real node the kubelet's CPU manager checkpoint), asks the strategies
+for a plan and hands it to the node's executor (see node.py and round.py); it publishes the
+events. On a real node it also tells the collector and the NodeMetric which host applications
+the NodeSLO declares. One eviction rate limit (evict_rate_per_s) holds for all the nodes this
+agent drives.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 from collections.abc import Callable
 
 from koordcommon import subjects
+from koordcommon.model import parse_priority_class, parse_qos_class
 from koordcommon.resources import Resources
 from koordcommon.schemas import Event, NodeSLO, NodeSLOSpec, SchemaError, decode
 
@@ -21,8 +26,10 @@ from ..core.reporter import NodeRound
 from .executor import Executor, TokenBucket
 from .files import CgroupFiles
 from .node import NodeQoS
+from .nodeinfo import host_app_dirs, parse_cpu_manager_state
 from .strategies.cpuset import synthetic_topology
-from .topology import read_topology
+from .support import not_supported
+from .topology import CheckpointFile, read_topology
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +54,13 @@ class QoSManager:
         # where a round's events go besides the bus (an in-process replay counts them here)
         self.on_events: list[Callable[[int, list[tuple[str, Event]]], None]] = []
         self._watch_task: asyncio.Task | None = None
+        self._not_supported: dict[str, list[str]] = {}  # node -> what its NodeSLO asks that is not honoured
+        self._config_events: list[tuple[str, Event]] = []
         if not simulated:
             self._real_layout = agent.layout
             self._real_files = CgroupFiles(agent.layout)
             self._topology = read_topology("/sys") or synthetic_topology(agent.proc.cpu_count())
+            self._cpu_manager = CheckpointFile(settings.kubelet_cpu_manager_state)
 
     def node_qos(self, name: str, capacity: Resources, start_ms: int) -> NodeQoS:
         nq = self.nodes.get(name)
@@ -70,6 +80,26 @@ class QoSManager:
         self.slos[slo.node] = slo.spec
         if slo.node in self.nodes:
             self.nodes[slo.node].slo = slo.spec
+        self._report_not_supported(slo.node, slo.spec)
+        if not self.simulated and slo.node == getattr(self.agent, "node", None):
+            self._declare_host_apps(slo.node, slo.spec)
+
+    def _report_not_supported(self, node: str, spec: NodeSLOSpec | None) -> None:
+        found = not_supported(spec) if spec is not None else []
+        if found == self._not_supported.get(node, []):
+            return
+        self._not_supported[node] = found
+        for what in found:
+            log.warning("NodeSLO setting not supported", extra={"node": node, "setting": what})
+            self._config_events.append((subjects.event(subjects.EVENT_QOS, node), Event(
+                kind=subjects.EVENT_QOS, node=node, action="not_supported", reason=what)))
+
+    def _declare_host_apps(self, node: str, spec: NodeSLOSpec | None) -> None:
+        """The collector reads the host applications' cgroups; the NodeMetric reports them."""
+        apps = spec.hostApplications if spec is not None else []
+        self.agent.host_apps = host_app_dirs(apps, self._real_layout.qos_dir)
+        self.agent.reporter.set_host_apps(node, [(a.name, parse_priority_class(a.priority), parse_qos_class(a.qos))
+                                                 for a in apps if a.name])
 
     async def watch_slos(self) -> None:
         async for key, raw in self.bus.kv_watch(subjects.NODESLO_BUCKET):
@@ -78,6 +108,9 @@ class QoSManager:
                 self.slos.pop(node, None)
                 if node in self.nodes:
                     self.nodes[node].slo = None
+                self._report_not_supported(node, None)
+                if not self.simulated and node == getattr(self.agent, "node", None):
+                    self._declare_host_apps(node, None)
                 continue
             try:
                 self.set_slo(decode(NodeSLO, raw))
@@ -85,13 +118,17 @@ class QoSManager:
                 log.warning("invalid NodeSLO ignored", extra={"key": key, "error": str(exc)})
 
     async def on_round(self, t_ms: int, rounds: dict[str, NodeRound]) -> None:
-        events: list[tuple[str, Event]] = []
+        events, self._config_events = self._config_events, []
+        records = getattr(self.agent, "node_records", {})
         for name, r in rounds.items():
             history = self.agent.reporter.nodes.get(name)
             if history is None or (name not in self.slos and not self.nodes.get(name)):
                 continue
             nq = self.node_qos(name, history.capacity, t_ms)
-            state = nq.state(t_ms, history.capacity, history.allocatable, list(history.pods.values()), r)
+            if not self.simulated:
+                nq.cpu_manager = parse_cpu_manager_state(self._cpu_manager.read())
+            state = nq.state(t_ms, history.capacity, history.allocatable, list(history.pods.values()), r,
+                             records.get(name))
             # an event's kind is its subject's: qos for cgroup writes, evict for evictions
             events += [(subjects.event(e.kind, name), e) for e in await nq.round(state)]
             if self.simulated:

@@ -1,8 +1,9 @@
 """The QoS of one node: its cgroups, topology, NodeSLO, memory between rounds and executor.
 
-A round: `state(...)` turns the node's pods and this round's collected usage into a QoSState,
-`round(state)` plans it (round.plan_round) and has the executor carry the plan out. Nothing
-here needs the bus; `NodeQoS.simulated_node` gives a node on in-memory cgroups.
+A round: `state(...)` turns the node's pods, this round's collected usage and what is known of the
+node (its object, the kubelet's CPU manager state, the NodeSLO's host applications) into a
+QoSState, `round(state)` plans it (round.plan_round) and has the executor carry the plan out.
+Nothing here needs the bus; `NodeQoS.simulated_node` gives a node on in-memory cgroups.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from pathlib import Path
 
 from koordcommon.model import KubeQoS
+from koordcommon.records import NodeRecord
 from koordcommon.resources import Resources
 from koordcommon.schemas import Event, NodeSLOSpec
 
@@ -21,7 +23,8 @@ from ..core.pods import PodInfo
 from ..core.reporter import NodeRound
 from .executor import Executor, TokenBucket
 from .files import MemoryCgroupFiles
-from .model import PodState, Processor, QoSState
+from .model import HostApp, PodState, Processor, QoSState
+from .nodeinfo import CPUManagerState, host_apps, kubelet_pinned_cpus, node_facts
 from .round import QoSMemory, be_limit, plan_round
 from .strategies.cpuset import format_cpuset, synthetic_topology
 
@@ -47,6 +50,7 @@ class NodeQoS:
         self.slo: NodeSLOSpec | None = None
         self.memory = QoSMemory(started_ms=start_ms)
         self.simulated = simulated
+        self.cpu_manager: CPUManagerState | None = None  # the kubelet's checkpoint (real nodes)
 
     @classmethod
     def simulated_node(cls, node: str, capacity: Resources, start_ms: int, dry_run: bool = False, cluster=None,
@@ -73,9 +77,17 @@ class NodeQoS:
                 continue
         return out
 
+    def host_apps(self, r: NodeRound) -> list[HostApp]:
+        specs = self.slo.hostApplications if self.slo is not None else []
+        return host_apps(specs, self.layout.qos_dir, {k: v for k, v in r.host_apps.items() if _pair(v) is not None})
+
     def state(self, now_ms: int, capacity: Resources, allocatable: Resources, pods: list[PodInfo],
-              r: NodeRound) -> QoSState:
+              r: NodeRound, record: NodeRecord | None = None) -> QoSState:
         states = []
+        by_pod: dict[str, dict[str, Resources]] = {}
+        for (uid, name), v in r.containers.items():
+            if (u := _pair(v)) is not None:
+                by_pod.setdefault(uid, {})[name] = u
         for p in pods:
             try:
                 rel = self.layout.pod_dir(p.uid, p.kube_qos)
@@ -85,7 +97,9 @@ class NodeQoS:
             ratio = None
             if r.extensions:
                 ratio = r.extensions.get("cpu_throttled_ratio", {}).get(p.uid)
-            states.append(PodState(p, rel, self.container_dirs(p, rel), _pair(r.pods.get(p.uid)), ratio))
+            states.append(PodState(p, rel, self.container_dirs(p, rel), _pair(r.pods.get(p.uid)), ratio,
+                                   by_pod.get(p.uid, {})))
+        facts = node_facts(record)
         return QoSState(
             node=self.node,
             now_ms=now_ms,
@@ -97,6 +111,13 @@ class NodeQoS:
             processors=self.processors,
             read=self.files.read,
             node_allocatable_memory=allocatable.memory_bytes,
+            reserved_cpus=facts.reserved_cpus,
+            annotation_reserved_cpu_milli=facts.reserved_cpu_milli,
+            tier_allocatable=facts.tier_allocatable,
+            system_qos_cpus=facts.system_qos_cpus,
+            kubelet_cpu_policy=self.cpu_manager.policy if self.cpu_manager is not None else "none",
+            kubelet_pinned_cpus=kubelet_pinned_cpus(self.cpu_manager, pods),
+            host_apps=self.host_apps(r),
         )
 
     async def round(self, state: QoSState) -> list[Event]:

@@ -1,4 +1,5 @@
-"""The CPU topology of the node the agent runs on, read from /sys (NUMA node, socket, core)."""
+"""What the agent reads of the node it runs on: the CPU topology from /sys (NUMA node, socket,
+core) and the kubelet CPU manager's checkpoint file."""
 
 from __future__ import annotations
 
@@ -27,3 +28,27 @@ def read_topology(sys_root: str | Path = "/sys") -> list[Processor]:
             core, socket = cpu, 0
         out.append(Processor(cpu, core, socket, node_of.get(cpu, 0)))
     return out
+
+
+class CheckpointFile:
+    """A file read again only when it changed (its mtime and size)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._seen: tuple[int, int] | None = None
+        self.text: str | None = None
+
+    def read(self) -> str | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            self._seen, self.text = None, None
+            return None
+        key = (st.st_mtime_ns, st.st_size)
+        if key != self._seen:
+            try:
+                self.text = self.path.read_text()
+            except OSError:
+                self.text = None
+            self._seen = key
+        return self.text
