@@ -490,3 +490,34 @@ def test_group_identity_on_host_application_dirs():
     got = {w.rel: w.value for w in group_identity.plan(st, spec) if w.level == "host"}
     # by QoS: LS 2, BE -1, none 0, LSR 0 while lsrClass is disabled
     assert got == {"host/nginx": 2, "KubepodsBesteffort/hadoop": -1, "host/agent": 0, "host/db": 0}
+
+
+@pytest.mark.parametrize(
+    "usage_threshold,expected",
+    [
+        (None, 0),  # 1700 / 2000 = 85 % of the real limit: under the default 90 %
+        (85, 4999),  # at cpuEvictBEUsageThresholdPercent 85 BE counts as starving: 10000 x (0.7 - 0.2)
+        (86, 0),
+    ],
+)
+def test_cpu_evict_be_usage_threshold(usage_threshold, expected):
+    st = state([pstate(BE1, Resources(1000, GI))], node=Resources(9000, GI), history=be_hist(5, 1700, 2000, 10000))
+    cfg = slo(**SAT, **({"cpuEvictBEUsageThresholdPercent": usage_threshold} if usage_threshold else {}))
+    assert cpu_evict.release_milli(st, cfg) == expected
+
+
+@pytest.mark.parametrize(
+    "lower,window_s,expected",
+    [
+        (None, None, 1120),  # 75 % now, lower 70 - 2: 16000 x 7 / 100
+        (60, None, 2400),  # cpuEvictLowerPercent 60: 16000 x 15 / 100
+        # over cpuEvictTimeWindowSeconds 10 the average is (5 x 8000 + 6 x 12000) / 11 = 10181m: 63 % < 70
+        (None, 10, 0),
+    ],
+)
+def test_cpu_evict_by_node_usage_lower_and_window(lower, window_s, expected):
+    h = [BESample(100_000 - i * 1000, 0, 16000, 0, 12000 if i <= 5 else 8000) for i in range(11)][::-1]
+    st = state([], node=Resources(12000, 40 * GI), history=h)
+    extra = {k: v for k, v in (("cpuEvictLowerPercent", lower), ("cpuEvictTimeWindowSeconds", window_s)) if v}
+    cfg = slo(cpuEvictThresholdPercent=70, evictEnabledPriorityThreshold=5999, **extra).resourceUsedThresholdWithBE
+    assert cpu_evict.usage_release(st, cfg)[1] == expected
