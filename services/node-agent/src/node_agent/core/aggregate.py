@@ -12,7 +12,7 @@ round after the first memory read); a window is reported only when both resource
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from koordcommon.resources import Resources
@@ -37,12 +37,21 @@ def to_resources(pair: np.ndarray) -> Resources:
 
 @dataclass(frozen=True)
 class WindowStats:
-    """Per series (rows) and resource (cpu, memory): shapes (k, 2); `ok[i]` says row i is reportable."""
+    """Per series (rows) and resource (cpu, memory): shapes (k, 2); `ok[i]` says row i is reportable.
+
+    `avg_rows` / `pct_rows` hold the same values as Python lists (row -> [cpu, memory]): the
+    messages built from them read one row at a time, where a numpy scalar per read costs more."""
 
     ok: np.ndarray
     count: np.ndarray
     avg: np.ndarray
     pct: dict[str, np.ndarray]
+    avg_rows: list = field(default_factory=list)
+    pct_rows: dict[str, list] = field(default_factory=dict)
+
+
+_BIG = np.iinfo(np.int64).max
+_P32 = np.array(list(PERCENTILES.values()), dtype=np.float32)[:, None, None]
 
 
 def window_stats(
@@ -61,20 +70,25 @@ def window_stats(
     k = len(cols)
     valid = ~np.isnan(v)
     count = valid.sum(axis=0)  # (k, 2)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        avg = np.where(valid, v, 0.0).sum(axis=0) / count
+    avg = np.where(valid, v, 0.0).sum(axis=0) / np.maximum(count, 1)
+    if not count.all():
+        avg[count == 0] = np.nan  # no sample: no average
     ok = (count > 0).all(axis=1) if k else np.zeros(0, dtype=bool)
     if duration_ms is not None and len(ts) and k:
-        big = np.iinfo(np.int64).max
         t = ts[:, None, None]
-        first = np.where(valid, t, big).min(axis=0)
-        last = np.where(valid, t, -big).max(axis=0)
+        first = np.where(valid, t, _BIG).min(axis=0)
+        last = np.where(valid, t, -_BIG).max(axis=0)
         span_ok = (last - first) * 2 >= duration_ms
         ok &= span_ok.all(axis=1)
     pct: dict[str, np.ndarray] = {}
+    pct_rows: dict[str, list] = {}
     if percentiles and len(ts) and k:
         ordered = np.sort(v, axis=0)  # NaN sorts last, so the first count rows are the samples
-        for name, p in PERCENTILES.items():
-            idx = np.minimum(percentile_index(count, p), np.maximum(count - 1, 0))
-            pct[name] = np.take_along_axis(ordered, idx[None, :, :], axis=0)[0]
-    return WindowStats(ok=ok, count=count, avg=avg, pct=pct)
+        # every percentile's index at once (Koordinator's int(float32(n) x float32(p)) - 1, clamped)
+        idx = np.maximum((count[None].astype(np.float32) * _P32).astype(np.int64) - 1, 0)
+        idx = np.minimum(idx, np.maximum(count - 1, 0)[None])
+        picked = ordered[idx, np.arange(k)[None, :, None], np.arange(2)[None, None, :]]  # (percentiles, k, 2)
+        for j, name in enumerate(PERCENTILES):
+            pct[name] = picked[j]
+            pct_rows[name] = picked[j].tolist()
+    return WindowStats(ok=ok, count=count, avg=avg, pct=pct, avg_rows=avg.tolist(), pct_rows=pct_rows)

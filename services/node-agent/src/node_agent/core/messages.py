@@ -240,7 +240,7 @@ class NodeHistory:
             pods.append(
                 PodMetric(
                     **_identity(uid, info),
-                    usage=to_resources(pod_avg.avg[i]),
+                    usage=to_resources(pod_avg.avg_rows[i]),
                     aggregated=[_aggregated(st, i, d) for d, st in pod_aggs],
                 )
             )
@@ -352,6 +352,6 @@ def _aggregated(stats, row: int, duration_s: int) -> AggregatedUsage:
         return AggregatedUsage(duration_s=duration_s)
     return AggregatedUsage(
         duration_s=duration_s,
-        avg=to_resources(stats.avg[row]),
-        **{name: to_resources(arr[row]) for name, arr in stats.pct.items()},
+        avg=to_resources(stats.avg_rows[row]),
+        **{name: to_resources(rows[row]) for name, rows in stats.pct_rows.items()},
     )
