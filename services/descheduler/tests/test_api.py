@@ -6,9 +6,9 @@ import httpx
 import pytest
 from desched_scenario import all_metrics, batch_pod
 from descheduler.api import router
-from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, MigrationOptions, NodePool
+from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, MigrationOptions
 from descheduler.loop import Descheduler
-from descheduler.main import load_args
+from descheduler.main import load_config
 from fastapi import FastAPI
 from koordsim.cluster import SimCluster, SimSpec
 
@@ -22,7 +22,7 @@ async def test_plan_and_jobs_endpoints():
         await c.create_pod(batch_pod("crunch-7d9f6b8c5d", i, HOT))
     await c.set_usage_override(node=HOT, cpu_factor=6)
     args = LowNodeLoadArgs(
-        nodePools=[NodePool(anomalyCondition=AnomalyCondition(consecutiveAbnormalities=1))],
+        anomalyCondition=AnomalyCondition(consecutiveAbnormalities=1),
         limits=MigrationLimits(evictQPS=0), migration=MigrationOptions(defaultJobMode="EvictDirectly"),
     )
     d = Descheduler(args, c, None)
@@ -49,20 +49,23 @@ def test_args_file_with_koordinator_field_names(tmp_path):
         "dryRun: true\n"
         "nodePools:\n"
         "  - name: big\n"
-        "    nodeSelector: {pool: big}\n"
+        "    nodeSelector: {matchLabels: {pool: big}}\n"
         "    lowThresholds: {cpu: 30}\n"
         "    highThresholds: {cpu: 60, memory: 70}\n"
         "limits: {maxMigratingPerNode: 3, evictQPS: 2, evictBurst: 4}\n"
         "migration: {defaultJobMode: Eviction}\n"
     )
-    args = load_args(str(f))
-    pool = args.nodePools[0]
-    assert args.dryRun is True and pool.name == "big" and pool.nodeSelector == {"pool": "big"}
+    loaded = load_config(str(f))
+    args = loaded.args
+    default, pool = args.nodePools  # Koordinator's conversion: the top-level pool comes first
+    assert default.name == "__default_node_pool__" and default.nodeSelector is None
+    assert args.dryRun is True and pool.name == "big" and pool.selects({"pool": "big"}) and not pool.selects({})
     # completed as Koordinator's newThresholds: memory always, missing values 100
     assert pool.lowThresholds == {"cpu": 30, "memory": 100} and pool.highThresholds == {"cpu": 60, "memory": 70}
     assert args.limits.maxMigratingPerNode == 3 and args.limits.evictBurst == 4
     assert args.migration.defaultJobMode == "EvictDirectly"
-    assert load_args("") == LowNodeLoadArgs()
+    assert loaded.warnings == [] and loaded.interval_s is None
+    assert load_config("").args == LowNodeLoadArgs()
 
 
 @pytest.mark.parametrize(
@@ -70,7 +73,7 @@ def test_args_file_with_koordinator_field_names(tmp_path):
     [
         ("migration: {defaultJobMode: Teleport}\n", "defaultJobMode 'Teleport'"),
         ("evictableNamespaces: {include: [a], exclude: [b]}\n", "set include or exclude, not both"),
-        ("limits: {maxMigratingPerNode: 0}\n", "greater than or equal to 1"),
+        ("limits: {maxMigratingPerWorkload: ten}\n", "neither a count"),
         ("nodePools: [{prodHighThresholds: {cpu: high}}]\n", "prodHighThresholds.cpu"),
     ],
 )
@@ -78,4 +81,4 @@ def test_bad_args_are_rejected_with_a_clear_message(tmp_path, text, error):
     f = tmp_path / "args.yaml"
     f.write_text(text)
     with pytest.raises(ValueError, match=error):
-        load_args(str(f))
+        load_config(str(f))

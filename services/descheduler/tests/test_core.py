@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from descheduler.core import migration as mig
 from descheduler.core.anomaly import ANOMALY, OK, Detector
-from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, NodePool
+from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, NodePool, scaled_limit
 from descheduler.core.evictable import non_evictable_reason
 from descheduler.core.lownodeload import (
     BOTH_LOW,
@@ -20,6 +20,7 @@ from descheduler.core.lownodeload import (
     UNKNOWN,
     BalancePass,
     LimitCounter,
+    Load,
     NodeState,
     PodState,
     RoundPlan,
@@ -52,9 +53,9 @@ GI = 1024**3
 POOL = NodePool(lowThresholds={"cpu": 45, "memory": 55}, highThresholds={"cpu": 75, "memory": 80})
 
 
-def node(name, cpu_used, mem_used_gi, cpu_alloc=10_000, mem_alloc_gi=100, schedulable=True):
-    usage = None if cpu_used is None else Resources(cpu_used, mem_used_gi * GI)
-    return NodeState(name, Resources(cpu_alloc, mem_alloc_gi * GI), usage, schedulable=schedulable)
+def node(name, cpu_used, mem_used_gi, cpu_alloc=10_000, mem_alloc_gi=100, schedulable=True, pods=0, max_pods=0):
+    usage = None if cpu_used is None else Load(cpu_used, mem_used_gi * GI, pods)
+    return NodeState(name, Load(cpu_alloc, mem_alloc_gi * GI, max_pods), usage, schedulable=schedulable)
 
 
 def pod(name, node_name, cpu, mem_gi=1, cls=PriorityClass.BATCH, qos=QoSClass.BE, priority=5000, created=0, workload=None,
@@ -92,9 +93,10 @@ def test_classify(cpu, mem, schedulable, expected):
 
 
 def test_usage_percent_matches_koordinator_case():
-    # TestResourceUsagePercentages: 1930m / 3287692Ki allocatable, 1220m / 3038982964 B used -> 63 / 90 (floored)
-    pct = usage_percent(Resources(1930, 3287692 * 1024), Resources(1220, 3038982964))
-    assert int(pct["cpu"]) == 63 and int(pct["memory"]) == 90
+    # TestResourceUsagePercentages: 1930m / 3287692Ki / 29 pods allocatable, 1220m / 3038982964 B / 11 pods
+    # used -> 63 / 90 / 37 (floored)
+    pct = usage_percent(Load(1930, 3287692 * 1024, 29), Load(1220, 3038982964, 11))
+    assert (int(pct["cpu"]), int(pct["memory"]), int(pct["pods"])) == (63, 90, 37)
 
 
 @pytest.mark.parametrize(
@@ -122,8 +124,8 @@ def test_detector_returns_to_ok_after_normal_rounds_or_timeout():
 
 
 def test_victim_order_class_priority_qos_then_usage_then_newest():
-    high = Resources(7500, 80 * GI)
-    used = Resources(9000, 50 * GI)  # 1500m over
+    high = Load(7500, 80 * GI)
+    used = Load(9000, 50 * GI)  # 1500m over
     pods = [
         pod("prod-ls", "n", 1500, cls=PriorityClass.PROD, qos=QoSClass.LS, priority=9000),
         pod("batch-old-exact", "n", 1500, created=1),
@@ -139,9 +141,9 @@ def test_victim_order_class_priority_qos_then_usage_then_newest():
 
 
 def _args(**kw):
-    defaults = {"nodePools": [NodePool(anomalyCondition=AnomalyCondition(consecutiveAbnormalities=1))],
-                    "limits": MigrationLimits(maxMigratingPerNode=5, maxMigratingPerWorkload=5,
-                                           maxUnavailablePerWorkload=5, maxMigratingPerRound=10)}
+    defaults = {"anomalyCondition": AnomalyCondition(consecutiveAbnormalities=1),
+                "limits": MigrationLimits(maxMigratingPerNode=5, maxMigratingPerWorkload=5,
+                                          maxUnavailablePerWorkload=5, maxMigratingPerRound=10)}
     defaults.update(kw)
     return LowNodeLoadArgs(**defaults)
 
@@ -161,7 +163,7 @@ def test_round_moves_pods_until_the_hot_node_is_under_high():
 
 
 def test_round_waits_for_anomaly_condition():
-    args = _args(nodePools=[NodePool(anomalyCondition=AnomalyCondition(consecutiveAbnormalities=5))])
+    args = _args(anomalyCondition=AnomalyCondition(consecutiveAbnormalities=5))
     nodes = lambda: [node("hot", 9000, 50), node("cold", 1000, 10)]
     pods = [pod("b", "hot", 2000)]
     detectors = {}
@@ -246,7 +248,7 @@ PROD_POOL = NodePool(prodLowThresholds={"cpu": 20}, prodHighThresholds={"cpu": 4
 
 def prod_node(name, cpu_used, prod_used, schedulable=True):
     n = node(name, cpu_used, 10, schedulable=schedulable)
-    n.prod_usage = Resources(prod_used, GI)
+    n.prod_usage = Load(prod_used, GI)
     return n
 
 
@@ -296,11 +298,20 @@ def test_invalid_prod_thresholds_are_rejected(low, high, error):
 
 
 @pytest.mark.parametrize(
-    "replicas,limit", [(1, 1), (3, 1), (4, 2), (10, 2), (11, 1), (25, 2), (100, 10)]
+    "limit,replicas,expected",
+    [
+        # unset: derived from the replicas (Koordinator's GetMaxMigrating / GetMaxUnavailable)
+        (None, 1, 1), (None, 3, 1), (None, 4, 2), (None, 10, 2), (None, 11, 1), (None, 25, 2), (None, 100, 10),
+        # a count as it is (not capped at the live replicas), 0 reads as 1
+        (3, 10, 3), (3, 2, 3), (0, 10, 1),
+        # a percentage of the replicas, rounded down, 0 reads as 1
+        ("20%", 10, 2), ("25%", 10, 2), ("5%", 10, 1), ("0%", 10, 1), ("150%", 4, 6),
+        # replicas unknown: only a count applies
+        (3, None, 3), ("20%", None, None), (None, None, None),
+    ],
 )
-def test_workload_limit_derives_from_replicas_as_koordinator(replicas, limit):
-    assert LowNodeLoadArgs().workload_limit(None, replicas) == limit
-    assert LowNodeLoadArgs().workload_limit(3, replicas) == 3
+def test_workload_limit_as_koordinator_scales_it(limit, replicas, expected):
+    assert scaled_limit(limit, replicas) == expected
 
 
 @pytest.mark.parametrize(
@@ -340,7 +351,8 @@ def test_jobs_in_flight_count_against_the_limits_but_not_the_round():
 
 
 def _highs(*nodes, pool=POOL, which="high"):
-    return {n.name: threshold_qty(pool, n.allocatable, which) for n in nodes}
+    percents = {"high": pool.highThresholds, "prodHigh": pool.prodHighThresholds}[which]
+    return {n.name: threshold_qty(percents, n.allocatable) for n in nodes}
 
 
 def _node_pass(sources, targets, room=None, pool=POOL):
@@ -357,8 +369,11 @@ def test_pool_members_leave_out_drained_nodes_only_for_a_pool_with_a_selector():
     nodes = [node("a", 1000, 10), node("b", 9000, 50), node("c", 1000, 10)]
     nodes[1].labels = nodes[2].labels = {"zone": "b"}
     assert [n.name for n in pool_members(NodePool(), nodes, {"b"})] == ["a", "b", "c"]
-    assert [n.name for n in pool_members(NodePool(nodeSelector={"zone": "b"}), nodes, {"b"})] == ["c"]
-    assert [n.name for n in pool_members(NodePool(nodeSelector={"zone": "b"}), nodes, set())] == ["b", "c"]
+    zone_b = NodePool(nodeSelector={"matchLabels": {"zone": "b"}})
+    assert [n.name for n in pool_members(zone_b, nodes, {"b"})] == ["c"]
+    assert [n.name for n in pool_members(zone_b, nodes, set())] == ["b", "c"]
+    # an empty selector names every node, yet, being a selector, leaves drained nodes out
+    assert [n.name for n in pool_members(NodePool(nodeSelector={}), nodes, {"b"})] == ["a", "c"]
 
 
 def test_classify_nodes_groups_the_fresh_nodes_by_class():
@@ -420,7 +435,7 @@ def test_enough_low_nodes(number_of_nodes, lows, members, enough):
 def test_room_under_sums_what_each_target_can_take_before_its_high_threshold():
     targets = [node("cold-a", 1000, 10), node("cold-b", 2000, 20), node("full", 8000, 90)]
     # high 7500m / 80 Gi of 10 cores / 100 Gi: 6500m + 5500m (+ nothing from the node over it)
-    assert room_under(targets, _highs(*targets)) == Resources(12_000, 130 * GI)
+    assert room_under(targets, _highs(*targets)) == Load(12_000, 130 * GI)
 
 
 def test_prod_room_caps_the_bothlow_share_by_what_the_node_pass_left():
@@ -430,9 +445,9 @@ def test_prod_room_caps_the_bothlow_share_by_what_the_node_pass_left():
     prod_highs = _highs(p, b, pool=PROD_POOL, which="prodHigh")
     both_low_room = room_under([b], _highs(b, pool=PROD_POOL))  # 3500m / 70 Gi under high
     # the node pass used 2000m / 5 Gi: 1500m / 65 Gi left of bothLow's room; b's prod room is 3500m / 99 Gi
-    room = prod_room(classes, prod_highs, both_low_room, used=Resources(2000, 5 * GI))
-    assert room == Resources(2500 + 1500, 99 * GI + 65 * GI)
-    assert prod_room(classes, prod_highs, both_low_room, used=Resources()) == Resources(2500 + 3500, 99 * GI + 70 * GI)
+    room = prod_room(classes, prod_highs, both_low_room, used=Load(2000, 5 * GI))
+    assert room == Load(2500 + 1500, 99 * GI + 65 * GI)
+    assert prod_room(classes, prod_highs, both_low_room, used=Load()) == Load(2500 + 3500, 99 * GI + 70 * GI)
 
 
 def test_hottest_first_orders_sources_by_koordinators_usage_score():
@@ -460,10 +475,10 @@ def test_claim_target_takes_the_least_used_fitting_target_and_keeps_the_pods_usa
     a, b = node("cold-a", 1000, 10), node("cold-b", 2000, 20)
     ps = _node_pass([node("hot", 9000, 50)], [a, b])
     assert claim_target(POOL, pod("p1", "hot", 3000), ps) is a
-    assert a.usage == Resources(4000, 11 * GI)  # counted there, moved or not (Koordinator's quirk)
+    assert a.usage == Load(4000, 11 * GI)  # counted there, moved or not (Koordinator's quirk)
     assert claim_target(POOL, pod("p2", "hot", 3000), ps) is b  # a scores 255 now, b 200
     assert claim_target(POOL, pod("big", "hot", 6000), ps) is None  # over 7500m on both
-    assert (a.usage, b.usage) == (Resources(4000, 11 * GI), Resources(5000, 21 * GI))
+    assert (a.usage, b.usage) == (Load(4000, 11 * GI), Load(5000, 21 * GI))
     a.requested = Resources(9500, 0)
     assert claim_target(POOL, pod("p3", "hot", 600), ps) is b  # a is less used, but its requests no longer fit a
 
@@ -487,12 +502,12 @@ def test_victims_on_a_source_in_eviction_order_with_their_targets_and_the_exclud
 def test_victims_on_in_the_prod_pass_are_prod_pods_only():
     hot, cold = prod_node("hot", 6000, 5000), prod_node("cold", 1000, 500)
     highs, prod_highs = _highs(hot, cold, pool=PROD_POOL), _highs(hot, cold, pool=PROD_POOL, which="prodHigh")
-    ps = BalancePass(True, [hot], [cold], Resources(3500, 99 * GI), prod_highs, PROD_POOL.prodHighThresholds,
+    ps = BalancePass(True, [hot], [cold], Load(3500, 99 * GI), prod_highs, PROD_POOL.prodHighThresholds,
                      highs, prod_highs)
     pods = [pod("batch", "hot", 1000), pod("web", "hot", 1200, cls=PriorityClass.PROD, qos=QoSClass.LS, priority=9000)]
     victims, skipped = victims_on(_args(), PROD_POOL, ps, hot, pods, {})
     assert [p.name for p, _ in victims] == ["web"] and skipped == []
-    assert cold.prod_usage == Resources(1700, 2 * GI)  # the claimed pod's usage counts on the prod usage too
+    assert cold.prod_usage == Load(1700, 2 * GI)  # the claimed pod's usage counts on the prod usage too
 
 
 @pytest.mark.parametrize(
@@ -501,13 +516,13 @@ def test_victims_on_in_the_prod_pass_are_prod_pods_only():
         # 9000m, high 7500m: three 600m pods bring it to 7200m, then it is under
         (None, {}, ["b5", "b4", "b3"], [], []),
         # 1000m of room: the second pod takes it below 0, the third finds none
-        (Resources(1000, 100 * GI), {}, ["b5", "b4"], [], ["the low nodes' room is used up"]),
+        (Load(1000, 100 * GI), {}, ["b5", "b4"], [], ["the low nodes' room is used up"]),
         # one migration per node: the others are refused, each with the limit's reason
         (None, {"maxMigratingPerNode": 1}, ["b5"], ["node hot reached maxMigratingPerNode"] * 5, []),
     ],
 )
 def test_evict_from_moves_victims_while_the_source_is_hot_and_the_room_lasts(room, limits, moved, skips, notes):
-    hot, cold = node("hot", 9000, 50), node("cold", 1000, 10)
+    hot, cold = node("hot", 9000, 50, pods=6), node("cold", 1000, 10)
     ps = _node_pass([hot], [cold], room)
     args = _args(limits=MigrationLimits(**{"maxMigratingPerNode": 5, "maxMigratingPerRound": 10, **limits}))
     rnd = _round_state(args, detectors={"hot": Detector(AnomalyCondition(), state=ANOMALY)})
@@ -516,8 +531,8 @@ def test_evict_from_moves_victims_while_the_source_is_hot_and_the_room_lasts(roo
     left = evict_from(rnd, POOL, ps, hot, victims, ps.available)
     assert [m.pod.name for m in rnd.plan.migrations] == moved
     assert [s.reason for s in rnd.plan.skipped] == skips and rnd.plan.notes == notes
-    assert hot.usage == Resources(9000 - 600 * len(moved), 50 * GI - len(moved) * GI)
-    assert left == ps.available - Resources(600 * len(moved), len(moved) * GI)
+    assert hot.usage == Load(9000 - 600 * len(moved), 50 * GI - len(moved) * GI, 6 - len(moved))  # one pod fewer each
+    assert left == ps.available - Load(600 * len(moved), len(moved) * GI, len(moved))
     assert cold.requested == Resources(600 * len(moved), len(moved) * GI)
     assert (rnd.detectors["hot"].state == OK) is (moved == ["b5", "b4", "b3"])  # reset once under high
 
@@ -525,23 +540,29 @@ def test_evict_from_moves_victims_while_the_source_is_hot_and_the_room_lasts(roo
 def test_evict_from_skips_a_victim_without_a_target():
     hot = node("hot", 9000, 50)
     rnd = _round_state(_args())
-    evict_from(rnd, POOL, _node_pass([hot], []), hot, [(pod("b", "hot", 600), None)], Resources(5000, 50 * GI))
+    evict_from(rnd, POOL, _node_pass([hot], []), hot, [(pod("b", "hot", 600), None)], Load(5000, 50 * GI))
     assert rnd.plan.migrations == [] and rnd.plan.skipped == [Skip("default/b", "hot", "no low node")]
 
 
 @pytest.mark.parametrize(
     "usage,thresholds,prod,reason",
     [
-        (Resources(2000, GI), {"cpu": 50, "memory": 100}, False,
+        (Load(2000, GI), {"cpu": 50, "memory": 100}, False,
          "node is overutilized, node cpu usage(66.67%)>threshold(50.00%)"),
-        (Resources(2700, 9 * GI), {"cpu": 75, "memory": 80}, False,
+        (Load(2700, 9 * GI), {"cpu": 75, "memory": 80}, False,
          "node is overutilized, node cpu usage(90.00%)>threshold(75.00%), node memory usage(90.00%)>threshold(80.00%)"),
-        (Resources(1500, 2 * GI), {"cpu": 40, "memory": 100}, True,
+        (Load(1500, 2 * GI), {"cpu": 40, "memory": 100}, True,
          "node is overutilized, prod cpu usage(50.00%)>threshold(40.00%)"),
+        # the pods resource, in name order after cpu and memory: 30 of 29 allowed by 50 % of 58 pods
+        (Load(1000, GI, 30), {"cpu": 75, "memory": 80, "pods": 50}, False,
+         "node is overutilized, node pods usage(51.72%)>threshold(50.00%)"),
     ],
 )
 def test_overutilized_reason_in_koordinators_words(usage, thresholds, prod, reason):
-    assert overutilized_reason(Resources(3000, 10 * GI), usage, thresholds, prod) == reason
+    source = NodeState("n", Load(3000, 10 * GI, 58), usage)
+    high = {"n": threshold_qty(thresholds, source.allocatable)}
+    ps = BalancePass(prod, [source], [], Load(), high, thresholds, high, None, tuple(sorted(thresholds)))
+    assert overutilized_reason(ps, source, usage) == reason
 
 
 def _job(phase, mode=mig.RESERVATION_FIRST, started=0.0):
@@ -590,3 +611,174 @@ NEW = "default/b-x7k2q"  # the replacement's key
 )
 def test_migration_job_steps(phase, mode, obs, now, action, reason):
     assert mig.step(_job(phase, mode), obs, now) == mig.Action(action, reason)
+
+
+# ---------------------------------------------------------------- the pods resource, deviation thresholds, selectors
+
+
+def koord_case_nodes():
+    """TestLowNodeLoad's cluster: n1 (4000m, 9 pods) runs p1..p8 at 400m each, n2 (4000m, 10 pods)
+    runs p9, n3 (4000m, 10 pods) is unschedulable and empty; every node reports a metric."""
+    return [node("n1", 3200, 0, cpu_alloc=4000, mem_alloc_gi=3, pods=8, max_pods=9),
+            node("n2", 400, 0, cpu_alloc=4000, mem_alloc_gi=3, pods=1, max_pods=10),
+            node("n3", 0, 0, cpu_alloc=4000, mem_alloc_gi=3, pods=0, max_pods=10, schedulable=False)]
+
+
+def koord_case_pods():
+    movable = [pod(f"p{i}", "n1", 400, 0, created=i) for i in range(1, 6)]
+    fixed = [dataclasses.replace(pod(f"p{i}", "n1", 400, 0), non_evictable=why)
+             for i, why in ((6, "DaemonSet pod"), (7, "mirror or static pod"), (8, "system-critical pod"))]
+    return [*movable, *fixed, pod("p9", "n2", 400, 0)]
+
+
+@pytest.mark.parametrize(
+    "low,high,deviation,classes,moved",
+    [
+        # "without priorities": n1 is over 50 % cpu (2000m) and 50 % of 9 pods (4); n2 takes pods while
+        # it stays at or under 2000m (the quirk keeps each fitting pod's usage there: p1..p4 fit). After
+        # three moves n1 is at 2000m, no longer over cpu, but 5 pods > 4: the fourth goes too.
+        ({"cpu": 30, "pods": 30}, {"cpu": 50, "pods": 50}, False, ("high", "low", "normal"), 4),
+        # the same without the pods resource: n1 stops being hot at 2000m, after three
+        ({"cpu": 30}, {"cpu": 50}, False, ("high", "low", "normal"), 3),
+        # "deviation thresholds" (5 % around the mean): the means over the three nodes are cpu
+        # (80 + 10 + 0) / 3 = 30 % and pods (88.9 + 10 + 0) / 3 = 33.0 %, so high is 35 % (1400m) and
+        # 38.0 % of 10 pods (3); low 25 % (1000m) and 28.0 % of 10 pods (2). n2 takes p1 and p2 (800m,
+        # 1200m); p3 would bring it to 1600m > 1400m. Memory is named nowhere: its deviation is 0,
+        # so it limits nothing.
+        ({"cpu": 5, "pods": 5}, {"cpu": 5, "pods": 5}, True, ("high", "low", "normal"), 2),
+    ],
+)
+def test_lownodeload_cases_of_koordinator_with_pods_and_deviation(low, high, deviation, classes, moved):
+    args = _args(lowThresholds=low, highThresholds=high, useDeviationThresholds=deviation,
+                 limits=MigrationLimits(maxMigratingPerNode=10, maxMigratingPerWorkload=10, maxUnavailablePerWorkload=10))
+    plan = plan_round(args, koord_case_nodes(), koord_case_pods(), {}, now_s=0)
+    assert tuple(plan.classes[n] for n in ("n1", "n2", "n3")) == classes
+    assert len(plan.migrations) == moved
+    assert {m.pod.name for m in plan.migrations} <= {"p1", "p2", "p3", "p4", "p5"}
+    assert all(m.target == "n2" for m in plan.migrations)
+
+
+def test_the_pods_resource_counts_pods_against_allocatable_pods():
+    pool = NodePool(lowThresholds={"cpu": 45, "pods": 30}, highThresholds={"cpu": 75, "pods": 50})
+    assert pool.resources == ("cpu", "memory", "pods")
+    # 60 pods allowed over 50 % of 110: high on pods alone; 30 % of 110 is 33 pods for low
+    assert classify(pool, node("busy", 1000, 10, pods=56, max_pods=110)) == HIGH
+    assert classify(pool, node("calm", 1000, 10, pods=55, max_pods=110)) == NORMAL
+    assert classify(pool, node("idle", 1000, 10, pods=33, max_pods=110)) == LOW
+    # without pods in the thresholds the count is not looked at
+    assert classify(POOL, node("busy", 1000, 10, pods=109, max_pods=110)) == LOW
+
+
+@pytest.mark.parametrize(
+    "weights,order",
+    [
+        # a: cpu 900, memory 500, pods 100 per mille; b: 800, 500, 900
+        ({"cpu": 1, "memory": 1}, ["a", "b"]),  # (900 + 500) / 2 = 700 > (800 + 500) / 2 = 650
+        ({"cpu": 1, "memory": 1, "pods": 1}, ["b", "a"]),  # 500 < 733: the pod count weighs in
+    ],
+)
+def test_hottest_first_weighs_the_pod_count_as_koordinators_scorer(weights, order):
+    pool = NodePool(lowThresholds={"cpu": 45, "pods": 30}, highThresholds={"cpu": 75, "pods": 50}, resourceWeights=weights)
+    a = node("a", 9000, 50, pods=11, max_pods=110)
+    b = node("b", 8000, 50, pods=99, max_pods=110)
+    assert [n.name for n in hottest_first(pool, [a, b])] == order
+
+
+def test_top_level_pods_threshold_gets_a_weight_as_koordinators_defaulting():
+    args = LowNodeLoadArgs(lowThresholds={"cpu": 45, "pods": 30}, highThresholds={"cpu": 75, "pods": 50},
+                           resourceWeights={"cpu": 2, "memory": 0})
+    # SetDefaults_LowNodeLoadArgs: a weight <= 0 of cpu, memory or a resource the thresholds name is 1
+    assert args.nodePools[0].resourceWeights == {"cpu": 2, "memory": 1, "pods": 1}
+
+
+def test_evicting_takes_one_pod_off_the_source_and_the_room():
+    pool = NodePool(lowThresholds={"cpu": 45, "pods": 30}, highThresholds={"cpu": 90, "pods": 50},
+                    anomalyCondition=AnomalyCondition(consecutiveAbnormalities=1))
+    hot = node("hot", 1000, 10, pods=8, max_pods=10)  # only the count is over: 8 > 5
+    cold = node("cold", 1000, 10, pods=1, max_pods=10)  # room: 5 - 1 = 4 pods
+    pods = [pod(f"b{i}", "hot", 10, created=i) for i in range(8)]
+    plan = plan_round(_args(nodePools=[pool]), [hot, cold], pods, {}, now_s=0)
+    # three moves bring it to 5 pods; the reason names the pods resource
+    assert [m.pod.name for m in plan.migrations] == ["b7", "b6", "b5"]
+    assert plan.migrations[0].reason == "node is overutilized, node pods usage(80.00%)>threshold(50.00%)"
+    assert hot.usage.pods == 5
+
+
+@pytest.mark.parametrize(
+    "average,low,high,lo,hi",
+    [
+        (45.0, 5, 5, 40.0, 50.0),
+        (3.0, 5, 5, 0.0, 8.0),  # clamped at 0
+        (98.0, 5, 5, 93.0, 100.0),  # and at 100
+        (45.0, 0, 10, 100.0, 100.0),  # no low deviation: the resource is not limited
+    ],
+)
+def test_deviation_thresholds_around_the_average(average, low, high, lo, hi):
+    pool = NodePool(useDeviationThresholds=True, lowThresholds={"cpu": low}, highThresholds={"cpu": high})
+    # one node at `average` % cpu: the mean is its usage
+    n = node("n", int(average * 100), 0)
+    percents = classify_nodes(pool, [n]).percents
+    assert (percents.low["cpu"], percents.high["cpu"]) == (lo, hi)
+    assert (percents.low["memory"], percents.high["memory"]) == (100.0, 100.0)  # named nowhere: deviation 0
+
+
+def test_deviation_thresholds_fill_missing_resources_with_zero():
+    pool = NodePool(useDeviationThresholds=True, lowThresholds={"cpu": 10}, highThresholds={"cpu": 10, "pods": 5})
+    assert pool.lowThresholds == {"cpu": 10, "memory": 0, "pods": 0}
+    assert pool.highThresholds == {"cpu": 10, "memory": 0, "pods": 5}
+
+
+@pytest.mark.parametrize(
+    "selectors,selected",
+    [
+        ([], {"web", "batch", "bare"}),  # none: every pod
+        ([{"name": "only-names"}], {"web", "batch", "bare"}),  # a selector without one selects all
+        ([{"name": "batch", "selector": {"matchLabels": {"tier": "batch"}}}], {"batch"}),
+        # ORed
+        ([{"selector": {"matchLabels": {"tier": "batch"}}}, {"selector": {"matchLabels": {"app": "web"}}}], {"web", "batch"}),
+        ([{"selector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}}], {"web", "batch"}),
+        ([{"selector": {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["batch"]}]}}], {"web", "bare"}),
+    ],
+)
+def test_pod_selectors_choose_the_pods_that_may_leave(selectors, selected):
+    args = LowNodeLoadArgs(podSelectors=selectors)
+    labels = {"web": {"app": "web", "tier": "online"}, "batch": {"tier": "batch"}, "bare": {}}
+    assert {name for name, lb in labels.items() if args.pod_selected(lb)} == selected
+    p = dataclasses.replace(pod("bare", "hot", 600), labels={})
+    assert (exclusion(args, p, {}) is None) is ("bare" in selected)
+    if "bare" not in selected:
+        assert exclusion(args, p, {}) == "not selected by podSelectors"
+
+
+@pytest.mark.parametrize(
+    "selector,members",
+    [
+        (None, ["a", "b", "c", "d"]),
+        ({"matchLabels": {"pool": "gpu"}}, ["a", "b"]),
+        ({"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu", "cpu"]}]}, ["a", "b", "c"]),
+        ({"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["gpu"]}]}, ["c", "d"]),
+        ({"matchExpressions": [{"key": "pool", "operator": "DoesNotExist"}]}, ["d"]),
+        ({"matchLabels": {"pool": "gpu"}, "matchExpressions": [{"key": "zone", "operator": "Exists"}]}, ["b"]),
+    ],
+)
+def test_node_selectors_of_the_top_level_and_of_the_pools(selector, members):
+    nodes = [node("a", 1000, 10), node("b", 1000, 10), node("c", 1000, 10), node("d", 1000, 10)]
+    nodes[0].labels, nodes[1].labels = {"pool": "gpu"}, {"pool": "gpu", "zone": "z1"}
+    nodes[2].labels = {"pool": "cpu"}
+    top = LowNodeLoadArgs(nodeSelector=selector)  # the default pool's
+    assert [n.name for n in pool_members(top.nodePools[0], nodes, set())] == members
+    pooled = LowNodeLoadArgs(nodePools=[{"name": "p", "nodeSelector": selector, "lowThresholds": {"cpu": 40}}])
+    assert [n.name for n in pool_members(pooled.nodePools[1], nodes, set())] == members
+
+
+def test_a_later_pool_with_a_selector_skips_what_an_earlier_pool_drained():
+    zone_a = {"name": "zone-a", "nodeSelector": {"matchLabels": {"zone": "a"}},
+              "lowThresholds": {"cpu": 30}, "highThresholds": {"cpu": 60}}
+    args = _args(lowThresholds={"cpu": 45}, highThresholds={"cpu": 75}, nodePools=[zone_a])
+    hot, cold = node("hot", 9000, 50), node("cold", 1000, 10)
+    hot.labels = cold.labels = {"zone": "a"}
+    plan = plan_round(args, [hot, cold], [pod(f"b{i}", "hot", 600, created=i) for i in range(8)], {}, now_s=0)
+    # the default pool (every node, 75 %) brought "hot" to 7200m; at 72 % it is over zone-a's 60 %,
+    # but zone-a has a selector and leaves a node an earlier pool drained alone
+    assert [m.pod.name for m in plan.migrations] == ["b7", "b6", "b5"]
+    assert len(args.nodePools) == 2 and args.nodePools[1].highThresholds == {"cpu": 60, "memory": 100}

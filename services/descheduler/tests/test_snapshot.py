@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from descheduler.core.lownodeload import Load
 from descheduler.snapshot import node_states, pod_states, replicas_by_workload
 from koordcommon.records import ContainerSpec, NodeRecord, OwnerRef, PodRecord
 from koordcommon.resources import Resources
@@ -35,7 +36,7 @@ def record(name, owner=None, labels=None, priority=None, qos=None):
     ],
 )
 def test_workload_is_koordcommons_workload_of(owner, labels, workload):
-    (state,) = pod_states([record("p", owner, labels)], {}, evict_local_storage=False)
+    (state,) = pod_states([record("p", owner, labels)], {})
     assert state.workload == workload
 
 
@@ -64,5 +65,5 @@ def test_prod_usage_sums_the_metrics_of_prod_pods(priority, qos, prod_cpu):
     )
     node = NodeRecord(name="n1", allocatable={"cpu": 8000, "memory": 16 * GI})
     (state,) = node_states([node], [pod], {"n1": metric}, now_ms=2_000, expiration_s=180)
-    assert state.usage == Resources(2000, 4 * GI)
-    assert state.prod_usage.cpu_milli == prod_cpu
+    assert state.usage == Load(2000, 4 * GI, 1)  # and the one pod on the node
+    assert (state.prod_usage.cpu, state.prod_usage.pods) == (prod_cpu, 1 if prod_cpu else 0)

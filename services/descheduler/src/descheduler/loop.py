@@ -81,6 +81,7 @@ class Descheduler:
         self.finished: collections.deque[mig.Job] = collections.deque(maxlen=HISTORY)
         self.departed: dict[str, float] = {}  # uid of a pod we evicted -> when
         self.bucket = mig.TokenBucket(args.limits.evictQPS, args.limits.evictBurst)
+        self.object_limiters = mig.ObjectLimiters(args.limits)
         self.rate_clock, self.sleep = rate_clock, sleep
         self.lock = asyncio.Lock()
 
@@ -180,12 +181,13 @@ class Descheduler:
         )
         waiting = self.clock()
         p_states = [
-            p for p in pod_states(active, self.metrics, self.args.evictLocalStoragePods)
+            p for p in pod_states(active, self.metrics, self.args.evictor_rules())
             if self.blocked_until.get(p.uid, 0) <= waiting and p.uid not in self.jobs
         ]
         return plan_round(
             self.args, n_states, p_states, detectors, now_ms / 1000,
             mig.in_flight(list(self.jobs.values())), unavailable_by_workload(pods), replicas_by_workload(pods),
+            self.object_limiters.tokens(waiting),
         )
 
     async def advance(self) -> None:
@@ -364,6 +366,8 @@ class Descheduler:
             job.evicted_s = self.clock()
             job.phase = mig.WAITING
             self.departed[pod.uid] = self.clock()
+            self.object_limiters.track(m.pod.workload, m.pod.namespace,
+                                       replicas_by_workload(pods).get(m.pod.workload), self.clock())
             await self._event(m.source, "evicted", m.reason, target)
             return
         if outcome is EvictionOutcome.BLOCKED:

@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
+import os
 from pathlib import Path
 
 import yaml
 from koordcommon import subjects
 from koordcommon.service import Service, ServiceSettings, run_service, run_until_stopped, settings_config
 from koordcommon.wiring import start_bus, start_cluster
-from pydantic import Field
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
 
 from .api import router
-from .core.config import LowNodeLoadArgs
+from .core.config import LoadedConfig, parse_config
 from .loop import Descheduler
+
+PREFIX = "KOORD_DESCHEDULER_"
 
 
 class Settings(ServiceSettings):
-    model_config = settings_config("KOORD_DESCHEDULER_")
+    """The service's settings. A key of the YAML file or a KOORD_DESCHEDULER_* variable that
+    names no setting is an error naming it (KOORD_DESCHEDULER_CONFIG_FILE names the file)."""
+
+    model_config = SettingsConfigDict(**{**settings_config(PREFIX), "extra": "forbid"})
     http_port: int = 8084
     interval_s: float = Field(60.0, gt=0, description="seconds between rounds")
     dry_run: bool = False
@@ -32,6 +40,23 @@ class Settings(ServiceSettings):
     )
     job_poll_s: float = Field(1.0, gt=0, description="seconds between steps of migrations in flight")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_settings(cls, data):
+        names = set(cls.model_fields)
+        env = [k for k in os.environ if k.upper().startswith(PREFIX)]
+        unknown = [k for k in env if k[len(PREFIX):].lower() not in names | {"config_file"}]
+        if isinstance(data, dict):
+            unknown += [str(k) for k in data if str(k).lower() not in names]
+        if unknown:
+            hints = []
+            for k in unknown:
+                bare = k[len(PREFIX):].lower() if k.upper().startswith(PREFIX) else k.lower()
+                close = difflib.get_close_matches(bare, sorted(names), n=1)
+                hints.append(k + (f" (did you mean {close[0]}?)" if close else ""))
+            raise ValueError(f"unknown setting{'s' if len(unknown) > 1 else ''}: {', '.join(hints)}")
+        return data
+
 
 def cluster_options(settings: Settings) -> dict:
     """The backend's options: the simulated cluster stands in for koord-scheduler and places the
@@ -42,15 +67,35 @@ def cluster_options(settings: Settings) -> dict:
             "extender_weight": settings.extender_weight}
 
 
-def load_args(path: str) -> LowNodeLoadArgs:
+def load_config(path: str) -> LoadedConfig:
+    """The args file: LowNodeLoadArgs or a DeschedulerConfiguration (see core.config)."""
     if not path:
-        return LowNodeLoadArgs()
-    return LowNodeLoadArgs.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+        return parse_config({})
+    try:
+        return parse_config(yaml.safe_load(Path(path).read_text()))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def round_interval(settings: Settings, loaded: LoadedConfig) -> float:
+    """interval_s, or the configuration's deschedulingInterval; both set and different is an error."""
+    if loaded.interval_s is None:
+        return settings.interval_s
+    if "interval_s" in settings.model_fields_set and settings.interval_s != loaded.interval_s:
+        raise ValueError(f"interval_s ({settings.interval_s:g}) and the args file's deschedulingInterval "
+                         f"({loaded.interval_s:g} s) disagree: set one")
+    return loaded.interval_s
 
 
 async def run(svc: Service) -> None:
     settings: Settings = svc.settings  # type: ignore[assignment]
-    args = load_args(settings.args_file)
+    loaded = load_config(settings.args_file)
+    for warning in loaded.warnings:
+        svc.log.warning(warning)
+    interval_s = round_interval(settings, loaded)
+    args = loaded.args
+    # Koordinator raises the detector cache's timeout to at least the descheduling interval.
+    args.detectorCacheTimeoutSeconds = max(args.detectorCacheTimeoutSeconds, interval_s)
     bus = await start_bus(svc)
     await bus.ensure_streams(subjects.NODEMETRIC_STREAM, subjects.EVENTS_STREAM)
     cluster = await start_cluster(svc, bus, **cluster_options(settings))
@@ -66,7 +111,7 @@ async def run(svc: Service) -> None:
     await run_until_stopped(
         svc.stopping,
         desched.follow_metrics(),
-        _repeat(svc, settings.interval_s, descheduling_round, "descheduling round"),
+        _repeat(svc, interval_s, descheduling_round, "descheduling round"),
         _repeat(svc, settings.job_poll_s, desched.advance, "advancing migrations"),
     )
 

@@ -8,8 +8,8 @@ from koordcommon.resources import Resources, sum_resources
 from koordcommon.schemas import NodeMetric
 from koordcommon.workload import workload_of
 
-from .core.evictable import non_evictable_reason
-from .core.lownodeload import NodeState, PodState
+from .core.evictable import EvictorRules, non_evictable_reason
+from .core.lownodeload import Load, NodeState, PodState
 
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 ANNOTATION_EVICTION_COST = "scheduling.koordinator.sh/eviction-cost"
@@ -30,7 +30,9 @@ def node_states(
     evicted since it was taken (`departed`, uids), plus `arriving` (pod key -> usage) for
     replacements already bound to the node but not in its metric yet; without that, one
     round's evictions would be counted again in the next round until the node reports anew.
-    Prod usage sums the pod metrics whose pod on this node is prod.
+    Prod usage sums the pod metrics whose pod on this node is prod. The `pods` resource counts
+    the active pods bound to the node (the prod ones for prod usage) against its allocatable
+    `pods`, as Koordinator counts the pods assigned to a node.
     """
     requested: dict[str, list[Resources]] = {}
     on_node: dict[str, dict[str, PodRecord]] = {}
@@ -65,23 +67,25 @@ def node_states(
                     if is_prod(by_key[key].priority_class):
                         prod = prod + extra
             usage = usage.clamp0()
+        bound = on_node.get(n.name, {}).values()
+        n_pods, n_prod = len(bound), sum(1 for p in bound if is_prod(p.priority_class))
         out.append(
             NodeState(
                 name=n.name,
-                allocatable=n.allocatable_resources(),
-                usage=usage,
+                allocatable=Load.of(n.allocatable_resources(), pods=int(n.allocatable.get("pods", 0))),
+                usage=None if usage is None else Load.of(usage, pods=n_pods),
                 requested=sum_resources(requested.get(n.name, [])),
                 labels=dict(n.labels),
                 # Pod records carry no tolerations: a NoSchedule/NoExecute taint keeps every pod off.
                 schedulable=n.ready and not n.unschedulable
                 and not any(t.effect in ("NoSchedule", "NoExecute") for t in n.taints),
-                prod_usage=prod or Resources(),
+                prod_usage=Load.of(prod or Resources(), pods=n_prod),
             )
         )
     return out
 
 
-def pod_states(pods: list[PodRecord], metrics: dict[str, NodeMetric], evict_local_storage: bool) -> list[PodState]:
+def pod_states(pods: list[PodRecord], metrics: dict[str, NodeMetric], rules: EvictorRules = EvictorRules()) -> list[PodState]:
     usage: dict[str, Resources] = {}
     for m in metrics.values():
         for pm in m.pods:
@@ -106,9 +110,10 @@ def pod_states(pods: list[PodRecord], metrics: dict[str, NodeMetric], evict_loca
                 requests=p.request_resources(),
                 usage=usage.get(p.uid) or usage.get(p.key),
                 created_ms=p.created_ms,
-                non_evictable=non_evictable_reason(p, evict_local_storage),
+                non_evictable=non_evictable_reason(p, rules),
                 deletion_cost=cost,
                 eviction_cost=_int_annotation(p, ANNOTATION_EVICTION_COST),
+                labels=dict(p.labels),
             )
         )
     return out

@@ -17,10 +17,13 @@ class Detector:
     abnormalities: int = 0
     normalities: int = 0
     since_s: float = 0.0
+    touched_s: float = 0.0  # the last abnormal mark: the detector is forgotten detectorCacheTimeout after it
 
     def mark(self, normal: bool, now_s: float) -> str:
         if self.condition.consecutiveAbnormalities == 1:
             # Koordinator bypasses the detector: every source node is anomalous at once.
+            if not normal:
+                self.touched_s = now_s
             self.state = OK if normal else ANOMALY
             return self.state
         if self.state == ANOMALY and now_s - self.since_s > self.condition.timeoutSeconds:
@@ -31,6 +34,7 @@ class Detector:
             if self.state == ANOMALY and self.normalities > self.condition.consecutiveNormalities:
                 self._set(OK, now_s)
         else:
+            self.touched_s = now_s
             self.abnormalities += 1
             self.normalities = 0
             # Strict comparison, as in Koordinator: the default 5 needs 6 consecutive rounds.

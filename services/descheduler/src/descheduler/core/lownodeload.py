@@ -1,6 +1,8 @@
 """One LowNodeLoad round, in the steps Koordinator's plugin takes for each node pool:
 
-1. classify the nodes (`classify_nodes`): low, high or normal, and the prod classes;
+1. classify the nodes (`classify_nodes`): low, high or normal, and the prod classes, against
+   thresholds as percentages of each node's allocatable (`pool_percents`: as configured, or
+   around the pool's average usage with deviation thresholds);
 2. pick the sources (`pick_sources`): the high nodes that stayed hot long enough (the anomaly
    detector), drained hottest first (`hottest_first`);
 3. order the victims on a source (`victims_on`): the pods that may leave, each with the low node
@@ -19,11 +21,10 @@ from koordcommon.model import QOS_RANK, KubeQoS, PriorityClass, QoSClass, is_pro
 from koordcommon.resources import Resources
 
 from .anomaly import ANOMALY, Detector
-from .config import LowNodeLoadArgs, NodePool
+from .config import RESOURCE_NAMES, LowNodeLoadArgs, NodePool
 
 LOW, HIGH, NORMAL, UNKNOWN = "low", "high", "normal", "unknown"
 BOTH_LOW, PROD_LOW, PROD_HIGH = "bothLow", "prodLow", "prodHigh"
-RESOURCES = ("cpu", "memory")
 PROD_DETECTOR = "prod/"  # prod source nodes have their own detectors
 
 # Koordinator's sorter ranks (lower = evicted first).
@@ -37,15 +38,48 @@ _CLASS_RANK = {
 _KUBE_QOS_RANK = {KubeQoS.BEST_EFFORT: 0, KubeQoS.BURSTABLE: 1, KubeQoS.GUARANTEED: 2}
 
 
+@dataclass(frozen=True, slots=True)
+class Load:
+    """An amount of each resource LowNodeLoad weighs: cpu (milli-cores), memory (bytes) and pods
+    (a count, against the node's allocatable `pods`)."""
+
+    cpu: int = 0
+    memory: int = 0
+    pods: int = 0
+
+    @classmethod
+    def of(cls, r: Resources, pods: int = 0) -> Load:
+        return cls(r.cpu_milli, r.memory_bytes, pods)
+
+    def __getitem__(self, resource: str) -> int:
+        return getattr(self, resource)
+
+    def __add__(self, other: Load) -> Load:
+        return Load(self.cpu + other.cpu, self.memory + other.memory, self.pods + other.pods)
+
+    def __sub__(self, other: Load) -> Load:
+        return Load(self.cpu - other.cpu, self.memory - other.memory, self.pods - other.pods)
+
+    def clamp0(self) -> Load:
+        return Load(max(self.cpu, 0), max(self.memory, 0), max(self.pods, 0))
+
+    def min(self, other: Load) -> Load:
+        return Load(min(self.cpu, other.cpu), min(self.memory, other.memory), min(self.pods, other.pods))
+
+    @property
+    def resources(self) -> Resources:
+        return Resources(self.cpu, self.memory)
+
+
 @dataclass
 class NodeState:
     name: str
-    allocatable: Resources
-    usage: Resources | None  # None: metric missing or expired
+    allocatable: Load
+    usage: Load | None  # None: metric missing or expired
     requested: Resources = field(default_factory=Resources)
     labels: dict[str, str] = field(default_factory=dict)
     schedulable: bool = True
-    prod_usage: Resources = field(default_factory=Resources)  # usage of the node's prod pods
+    prod_usage: Load = field(default_factory=Load)  # usage and count of the node's prod pods
 
 
 @dataclass(frozen=True)
@@ -65,6 +99,13 @@ class PodState:
     non_evictable: str | None = None  # why it may not move (core.evictable), None if it may
     deletion_cost: int = 0
     eviction_cost: int = 0
+    labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def moved(self) -> Load:
+        """What leaving takes off a node: the pod's usage and one pod."""
+        assert self.usage is not None
+        return Load.of(self.usage, pods=1)
 
     @property
     def key(self) -> str:
@@ -100,95 +141,142 @@ class RoundPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def _get(r: Resources, name: str) -> int:
-    return r.cpu_milli if name == "cpu" else r.memory_bytes
+def usage_percent(allocatable: Load, usage: Load) -> dict[str, float]:
+    return {r: (100.0 * usage[r] / allocatable[r] if allocatable[r] > 0 else 0.0) for r in RESOURCE_NAMES}
 
 
-def usage_percent(allocatable: Resources, usage: Resources) -> dict[str, float]:
-    return {
-        r: (100.0 * _get(usage, r) / _get(allocatable, r) if _get(allocatable, r) > 0 else 0.0) for r in RESOURCES
-    }
+@dataclass(frozen=True)
+class Percents:
+    """A pool's thresholds for one round, in percent of each node's allocatable."""
+
+    low: dict[str, float]
+    high: dict[str, float]
+    prod_low: dict[str, float]
+    prod_high: dict[str, float]
 
 
-def threshold_qty(pool: NodePool, allocatable: Resources, which: str) -> Resources:
-    """int(percent x 0.01 x allocatable), as Koordinator computes absolute thresholds."""
-    t = {
-        "high": pool.highThresholds,
-        "low": pool.lowThresholds,
-        "prodHigh": pool.prodHighThresholds,
-        "prodLow": pool.prodLowThresholds,
-    }[which]
-    return Resources(
-        int(t.get("cpu", 100) * 0.01 * allocatable.cpu_milli),
-        int(t.get("memory", 100) * 0.01 * allocatable.memory_bytes),
-    )
+def average_percent(nodes: list[NodeState], prod: bool = False) -> dict[str, float]:
+    """Koordinator's calcAverageResourceUsagePercent: the mean usage percentage over the nodes
+    with a fresh metric (a node without allocatable of a resource adds 0 to its sum)."""
+    sums = dict.fromkeys(RESOURCE_NAMES, 0.0)
+    for n in nodes:
+        used = n.prod_usage if prod else n.usage
+        for r in RESOURCE_NAMES:
+            if n.allocatable[r] > 0:
+                sums[r] += used[r] / n.allocatable[r] * 100.0
+    return {r: s / len(nodes) for r, s in sums.items()} if nodes else sums
 
 
-def _any_over(pct: dict[str, float], thresholds: dict[str, float]) -> bool:
-    return any(pct[r] > thresholds.get(r, 100) for r in RESOURCES)
+def _around(average: dict[str, float], low: dict[str, float], high: dict[str, float]):
+    """Deviation thresholds: low = average - low, high = average + high, each within 0..100; a
+    resource whose low deviation is 0 is not limited (both are its whole allocatable)."""
+    lo, hi = {}, {}
+    for r, deviation in low.items():
+        if deviation == 0:
+            lo[r] = hi[r] = 100.0
+        else:
+            lo[r] = min(max(average[r] - deviation, 0.0), 100.0)
+            hi[r] = min(max(average[r] + high.get(r, 0.0), 0.0), 100.0)
+    return lo, hi
 
 
-def _all_under(pct: dict[str, float], thresholds: dict[str, float]) -> bool:
-    return all(pct[r] <= thresholds.get(r, 100) for r in RESOURCES)
+def pool_percents(pool: NodePool, fresh: list[NodeState]) -> Percents:
+    """The thresholds of this round: as configured, or with useDeviationThresholds relative to
+    the average usage of the pool's nodes (prod thresholds to the prod average)."""
+    if not pool.useDeviationThresholds:
+        return Percents(pool.lowThresholds, pool.highThresholds, pool.prodLowThresholds, pool.prodHighThresholds)
+    low, high = _around(average_percent(fresh), pool.lowThresholds, pool.highThresholds)
+    prod_low, prod_high = _around(average_percent(fresh, prod=True), pool.prodLowThresholds, pool.prodHighThresholds)
+    return Percents(low, high, prod_low, prod_high)
 
 
-def classify(pool: NodePool, node: NodeState) -> str:
-    """Koordinator's classifyNodes: "all <= low" is low, "any > high" is high (strict).
+def threshold_qty(percents: dict[str, float], allocatable: Load) -> Load:
+    """int(percent x 0.01 x allocatable), as Koordinator turns a percentage into a threshold."""
+    qty = {r: int(percents.get(r, 100.0) * 0.01 * allocatable[r]) for r in RESOURCE_NAMES}
+    return Load(**qty)
+
+
+@dataclass(frozen=True)
+class NodeThresholds:
+    low: Load
+    high: Load
+    prod_low: Load
+    prod_high: Load
+
+
+def node_thresholds(percents: Percents, allocatable: Load) -> NodeThresholds:
+    return NodeThresholds(*(threshold_qty(p, allocatable) for p in
+                            (percents.low, percents.high, percents.prod_low, percents.prod_high)))
+
+
+def is_over(usage: Load, threshold: Load, resources: tuple[str, ...]) -> bool:
+    """Any resource strictly over its threshold (Koordinator's "any > high")."""
+    return any(usage[r] > threshold[r] for r in resources)
+
+
+def _all_under(usage: Load, threshold: Load, resources: tuple[str, ...]) -> bool:
+    return all(usage[r] <= threshold[r] for r in resources)
+
+
+def classify(pool: NodePool, node: NodeState, th: NodeThresholds | None = None) -> str:
+    """Koordinator's classifyNodes: "all <= low" is low, "any > high" is high (strict), over the
+    pool's resources, against `th` (the configured thresholds of this node when not given).
 
     With prod thresholds, the prod usage splits the rest: a low node whose prod usage is also
     under prodLow is bothLow, a node whose prod usage is over prodHigh is a prod source.
     """
     if node.usage is None:
         return UNKNOWN
-    pct = usage_percent(node.allocatable, node.usage)
-    prod = pool.prod_enabled
-    prod_pct = usage_percent(node.allocatable, node.prod_usage) if prod else {}
-    if node.schedulable and _all_under(pct, pool.lowThresholds):
-        if prod and _any_over(prod_pct, pool.prodHighThresholds):
+    th = th or node_thresholds(pool_percents(pool, []), node.allocatable)
+    rs, prod = pool.resources, pool.prod_enabled
+    if node.schedulable and _all_under(node.usage, th.low, rs):
+        if prod and is_over(node.prod_usage, th.prod_high, rs):
             return PROD_HIGH
-        if prod and _all_under(prod_pct, pool.prodLowThresholds):
+        if prod and _all_under(node.prod_usage, th.prod_low, rs):
             return BOTH_LOW
         return LOW
-    if _any_over(pct, pool.highThresholds):
+    if is_over(node.usage, th.high, rs):
         return HIGH
-    if prod and _any_over(prod_pct, pool.prodHighThresholds):
+    if prod and is_over(node.prod_usage, th.prod_high, rs):
         return PROD_HIGH
-    if prod and node.schedulable and _all_under(prod_pct, pool.prodLowThresholds):
+    if prod and node.schedulable and _all_under(node.prod_usage, th.prod_low, rs):
         return PROD_LOW
     return NORMAL
 
 
-def node_score(pool: NodePool, allocatable: Resources, usage: Resources) -> int:
-    """Koordinator's ResourceUsageScorer (0-1000): hotter nodes are drained first."""
+def node_score(pool: NodePool, allocatable: Load, usage: Load) -> int:
+    """Koordinator's ResourceUsageScorer (0-1000), over the pool's resources and the pod count,
+    each by its weight (0 when the pool gives it none): hotter nodes are drained first."""
     total = weights = 0
-    for r in RESOURCES:
-        alloc = _get(allocatable, r)
-        if alloc <= 0:
-            continue
-        w = pool.resourceWeights.get(r, 1)
-        total += w * min(_get(usage, r), alloc) * 1000 // alloc
+    for r in dict.fromkeys((*pool.resources, "pods")):
+        w = pool.resourceWeights.get(r, 0)
+        alloc = allocatable[r]
+        if alloc > 0:
+            total += w * min(usage[r], alloc) * 1000 // alloc
         weights += w
     return total // weights if weights else 0
 
 
-def pod_usage_score(pool: NodePool, pod: PodState, node_usage: Resources, high: Resources) -> float:
-    """How well evicting this pod matches the excess: a pod using exactly the excess scores 2."""
+def pod_usage_score(pool: NodePool, pod: PodState, node_usage: Load, high: Load) -> float:
+    """How well evicting this pod matches the excess: a pod using exactly the excess scores 2.
+    Over the overused resources of the pod's metric (cpu, memory), by their weights."""
     if pod.usage is None:
         return 0.0
+    usage = Load.of(pod.usage)
     total = weights = 0.0
-    for r in RESOURCES:
-        exceed = _get(node_usage, r) - _get(high, r)
-        if exceed <= 0:
+    for r in ("cpu", "memory"):
+        exceed = node_usage[r] - high[r]
+        if r not in pool.resources or exceed <= 0:
             continue  # resources that are not over their threshold do not count
-        w = pool.resourceWeights.get(r, 1)
-        ratio = _get(pod.usage, r) / exceed
+        w = pool.resourceWeights.get(r, 0)
+        ratio = usage[r] / exceed
         if ratio > 0:
             total += w * (ratio if ratio < 1 else 1 / ratio + 1)
         weights += w
     return total / weights if weights else 0.0
 
 
-def victim_order(pool: NodePool, pods: list[PodState], node_usage: Resources, high: Resources) -> list[PodState]:
+def victim_order(pool: NodePool, pods: list[PodState], node_usage: Load, high: Load) -> list[PodState]:
     """Koordinator's comparator chain, first evicted first: priority class (free, batch, mid, prod,
     none), priority, Kubernetes QoS (BestEffort first), koord QoS (BE first), deletion cost,
     eviction cost, then the pod whose usage best matches the excess (`pod_usage_score`, higher
@@ -218,6 +306,15 @@ class LimitCounter:
     per_workload: dict[str, int] = field(default_factory=dict)
     total: int = 0  # in flight + planned
     planned: int = 0  # this round only
+    round_per_node: dict[str, int] = field(default_factory=dict)  # this round only
+    round_per_namespace: dict[str, int] = field(default_factory=dict)
+    # objectLimiters: the tokens each limited object ("workload/<w>", "namespace/<ns>") has now
+    object_tokens: dict[str, float] = field(default_factory=dict)
+
+    def start_round(self, object_tokens: dict[str, float] | None = None) -> None:
+        self.planned = 0
+        self.round_per_node, self.round_per_namespace = {}, {}
+        self.object_tokens = dict(object_tokens or {})
 
     def refusal(
         self, args: LowNodeLoadArgs, pod: PodState, workload_unavailable: int, replicas: int | None = None
@@ -226,34 +323,36 @@ class LimitCounter:
 
         `replicas` is the workload's expected replicas (None: unknown, explicit limits only).
         A job whose replacement is still pending counts both as migrating and as unavailable:
-        the conservative side of maxUnavailablePerWorkload.
+        the conservative side of maxUnavailablePerWorkload. A limit whose gate is in
+        skipEvictionGates is not checked.
         """
         lim = args.limits
         migrating = self.per_workload.get(pod.workload, 0)
-        per_workload = lim.maxMigratingPerWorkload
-        max_unavailable = lim.maxUnavailablePerWorkload
-        if replicas is not None:
-            per_workload = args.workload_limit(per_workload, replicas)
-            max_unavailable = args.workload_limit(max_unavailable, replicas)
+        per_workload = args.workload_limit(lim.maxMigratingPerWorkload, replicas)
+        max_unavailable = args.workload_limit(lim.maxUnavailablePerWorkload, replicas)
         checks = (
-            (lim.maxMigratingGlobally, self.total, "maxMigratingGlobally reached"),
-            (lim.maxMigratingPerNode, self.per_node.get(pod.node, 0), f"node {pod.node} reached maxMigratingPerNode"),
-            (
-                lim.maxMigratingPerNamespace,
-                self.per_namespace.get(pod.namespace, 0),
-                f"namespace {pod.namespace} reached maxMigratingPerNamespace",
-            ),
-            (per_workload, migrating, f"workload {pod.workload} reached maxMigratingPerWorkload"),
-            (
-                max_unavailable,
-                workload_unavailable + migrating,
-                f"workload {pod.workload} reached maxUnavailablePerWorkload",
-            ),
-            (lim.maxMigratingPerRound, self.planned, "round reached maxMigratingPerRound"),
+            ("MaxMigratingGlobally", lim.maxMigratingGlobally, self.total, "maxMigratingGlobally reached"),
+            ("MaxMigratingPerNode", lim.maxMigratingPerNode, self.per_node.get(pod.node, 0),
+             f"node {pod.node} reached maxMigratingPerNode"),
+            ("MaxMigratingPerNamespace", lim.maxMigratingPerNamespace, self.per_namespace.get(pod.namespace, 0),
+             f"namespace {pod.namespace} reached maxMigratingPerNamespace"),
+            ("MaxMigratingPerWorkload", per_workload, migrating, f"workload {pod.workload} reached maxMigratingPerWorkload"),
+            ("MaxUnavailablePerWorkload", max_unavailable, workload_unavailable + migrating,
+             f"workload {pod.workload} reached maxUnavailablePerWorkload"),
+            ("", lim.maxMigratingPerRound, self.planned, "round reached maxMigratingPerRound"),
+            ("", lim.maxNoOfPodsToEvictPerNode, self.round_per_node.get(pod.node, 0),
+             f"node {pod.node} reached maxNoOfPodsToEvictPerNode"),
+            ("", lim.maxNoOfPodsToEvictPerNamespace, self.round_per_namespace.get(pod.namespace, 0),
+             f"namespace {pod.namespace} reached maxNoOfPodsToEvictPerNamespace"),
+            ("", lim.maxNoOfPodsToEvictTotal, self.planned, "round reached maxNoOfPodsToEvictTotal"),
         )
-        for limit, count, reason in checks:
-            if limit is not None and count + 1 > limit:
+        for gate, limit, count, reason in checks:
+            if limit is not None and count + 1 > limit and not lim.skips(gate):
                 return reason
+        for key in object_keys(pod):
+            if self.object_tokens.get(key, 1.0) < 1.0:
+                kind = key.split("/", 1)[0]
+                return f"{key} was migrated as often as objectLimiters.{kind} allows for now"
         return None
 
     def add(self, pod_node: str, namespace: str, workload: str, planned: bool = True) -> None:
@@ -263,12 +362,22 @@ class LimitCounter:
         self.total += 1
         if planned:
             self.planned += 1
+            self.round_per_node[pod_node] = self.round_per_node.get(pod_node, 0) + 1
+            self.round_per_namespace[namespace] = self.round_per_namespace.get(namespace, 0) + 1
+            for key in (f"workload/{workload}", f"namespace/{namespace}"):
+                if key in self.object_tokens:
+                    self.object_tokens[key] -= 1.0
+
+
+def object_keys(pod: PodState) -> tuple[str, str]:
+    """The objects an objectLimiter may count a migration of `pod` against."""
+    return f"workload/{pod.workload}", f"namespace/{pod.namespace}"
 
 
 def forbidden_by_replicas(args: LowNodeLoadArgs, replicas: int | None) -> str | None:
     """Koordinator's filterExpectedReplicas (not retried): a workload whose every replica could be
     away at once is never migrated."""
-    if replicas is None or args.limits.skipCheckExpectedReplicas:
+    if replicas is None or args.limits.skipCheckExpectedReplicas or args.limits.skips("ExpectedReplicas"):
         return None
     lim = args.limits
     if replicas == 1:
@@ -280,15 +389,22 @@ def forbidden_by_replicas(args: LowNodeLoadArgs, replicas: int | None) -> str | 
     return None
 
 
-def _fits(pod: PodState, target: NodeState, target_high: Resources, target_prod_high: Resources | None) -> bool:
+def requests_fit(pod: PodState, target: NodeState) -> bool:
+    return (target.requested + pod.requests).fits_in(target.allocatable.resources)
+
+
+def _fits(pod: PodState, target: NodeState, target_high: Load, target_prod_high: Load | None,
+          resources: tuple[str, ...]) -> bool:
     """nodeFit: the pod's requests fit and its usage keeps the target at or under its high
-    threshold (and under its prod high threshold in the prod pass)."""
+    threshold (and under its prod high threshold in the prod pass). As in Koordinator, the pod
+    adds its metric to the target, which holds no pod count: the count is not checked here."""
     assert pod.usage is not None and target.usage is not None
-    if not (target.usage + pod.usage).fits_in(target_high):
+    usage = Load.of(pod.usage)
+    if is_over(target.usage + usage, target_high, resources):
         return False
-    if target_prod_high is not None and not (target.prod_usage + pod.usage).fits_in(target_prod_high):
+    if target_prod_high is not None and is_over(target.prod_usage + usage, target_prod_high, resources):
         return False
-    return (target.requested + pod.requests).fits_in(target.allocatable)
+    return requests_fit(pod, target)
 
 
 # ------------------------------------------------------------------ the round, step by step
@@ -296,11 +412,14 @@ def _fits(pod: PodState, target: NodeState, target_high: Resources, target_prod_
 
 @dataclass
 class NodeClasses:
-    """A pool's nodes by class (Koordinator's classifyNodes), each list in the nodes' order."""
+    """A pool's nodes by class (Koordinator's classifyNodes), each list in the nodes' order, with
+    the thresholds they were classified against."""
 
     of: dict[str, str]  # node -> class, every node of the pool (UNKNOWN: no fresh metric)
     fresh: list[NodeState]  # the nodes with a fresh metric: the only ones acted on
     by_class: dict[str, list[NodeState]]
+    percents: Percents | None = None
+    thresholds: dict[str, NodeThresholds] = field(default_factory=dict)  # fresh node -> its thresholds
 
     def __getitem__(self, cls: str) -> list[NodeState]:
         return self.by_class.get(cls, [])
@@ -317,17 +436,20 @@ def pool_members(pool: NodePool, nodes: list[NodeState], drained: set[str]) -> l
     A node an earlier pool drained is left out only by a pool that has a selector: Koordinator
     skips processed nodes only then.
     """
-    return [n for n in nodes if pool.selects(n.labels) and not (pool.nodeSelector and n.name in drained)]
+    return [n for n in nodes if pool.selects(n.labels) and not (pool.nodeSelector is not None and n.name in drained)]
 
 
 def classify_nodes(pool: NodePool, members: list[NodeState]) -> NodeClasses:
-    """Step 1: every node of the pool classified (`classify`), the fresh ones grouped by class."""
-    of = {n.name: classify(pool, n) for n in members}
+    """Step 1: the round's thresholds (`pool_percents`, per node `node_thresholds`), then every
+    node of the pool classified (`classify`), the fresh ones grouped by class."""
     fresh = [n for n in members if n.usage is not None]
+    percents = pool_percents(pool, fresh)
+    thresholds = {n.name: node_thresholds(percents, n.allocatable) for n in fresh}
+    of = {n.name: classify(pool, n, thresholds.get(n.name)) for n in members}
     by_class: dict[str, list[NodeState]] = {}
     for n in fresh:
         by_class.setdefault(of[n.name], []).append(n)
-    return NodeClasses(of, fresh, by_class)
+    return NodeClasses(of, fresh, by_class, percents, thresholds)
 
 
 def pick_sources(
@@ -358,16 +480,16 @@ def enough_low_nodes(args: LowNodeLoadArgs, lows: list[NodeState], members: list
     return len(lows) > args.numberOfNodes and len(lows) != len(members)
 
 
-def room_under(nodes: list[NodeState], thresholds: dict[str, Resources], prod: bool = False) -> Resources:
+def room_under(nodes: list[NodeState], thresholds: dict[str, Load], prod: bool = False) -> Load:
     """What `nodes` can take before reaching their thresholds: the sum of threshold - usage (prod
     usage with `prod`), none below 0."""
-    room = Resources()
+    room = Load()
     for n in nodes:
         room = room + (thresholds[n.name] - (n.prod_usage if prod else n.usage)).clamp0()
     return room
 
 
-def prod_room(classes: NodeClasses, prod_highs: dict[str, Resources], both_low_room: Resources, used: Resources) -> Resources:
+def prod_room(classes: NodeClasses, prod_highs: dict[str, Load], both_low_room: Load, used: Load) -> Load:
     """The prod pass's room: the prodLow nodes' room under prodHigh, plus the bothLow nodes' prod
     room capped by what is left of their room under high.
 
@@ -386,13 +508,14 @@ class BalancePass:
     prod: bool
     sources: list[NodeState]
     targets: list[NodeState]
-    available: Resources  # the targets' room
-    high: dict[str, Resources]  # node -> threshold the source must fall under (high or prodHigh)
-    thresholds: dict[str, float]  # the same as configured, in percent
-    target_high: dict[str, Resources]
-    target_prod_high: dict[str, Resources] | None  # prod pass: targets stay under prodHigh too
+    available: Load  # the targets' room
+    high: dict[str, Load]  # node -> threshold the source must fall under (high or prodHigh)
+    thresholds: dict[str, float]  # the same in percent (this round's, with deviation thresholds)
+    target_high: dict[str, Load]
+    target_prod_high: dict[str, Load] | None  # prod pass: targets stay under prodHigh too
+    resources: tuple[str, ...] = ("cpu", "memory")  # the pool's
 
-    def measured(self, source: NodeState) -> Resources:
+    def measured(self, source: NodeState) -> Load:
         """The usage the pass brings under the source's threshold: its prod usage in the prod pass."""
         return source.prod_usage if self.prod else source.usage
 
@@ -414,19 +537,21 @@ class RoundState:
     now_s: float
 
 
-def hottest_first(pool: NodePool, sources: list[NodeState]) -> list[NodeState]:
-    """The order sources are drained in: Koordinator's ResourceUsageScorer, highest first (ties
-    keep the nodes' order)."""
-    return sorted(sources, key=lambda n: -node_score(pool, n.allocatable, n.usage))
+def hottest_first(pool: NodePool, sources: list[NodeState], prod: bool = False) -> list[NodeState]:
+    """The order sources are drained in: Koordinator's ResourceUsageScorer over their usage (prod
+    usage in the prod pass), highest first (ties keep the nodes' order)."""
+    return sorted(sources, key=lambda n: -node_score(pool, n.allocatable, n.prod_usage if prod else n.usage))
 
 
 def exclusion(args: LowNodeLoadArgs, pod: PodState, replicas: dict[str, int]) -> str | None:
     """Why `pod` may not leave at all this round, or None: the evictor's rules (core.evictable),
-    evictableNamespaces, filterExpectedReplicas, or no metric to weigh it by."""
+    evictableNamespaces, podSelectors, filterExpectedReplicas, or no metric to weigh it by."""
     if pod.non_evictable is not None:
         return pod.non_evictable
     if not args.namespace_allowed(pod.namespace):
         return f"namespace {pod.namespace} is not evictable"
+    if not args.pod_selected(pod.labels):
+        return "not selected by podSelectors"
     forbidden = forbidden_by_replicas(args, replicas.get(pod.workload))
     if forbidden is not None:
         return forbidden
@@ -444,11 +569,13 @@ def claim_target(pool: NodePool, pod: PodState, ps: BalancePass) -> NodeState | 
     scheduler's scoring would do.
     """
     assert pod.usage is not None
+    usage = Load.of(pod.usage)
     for t in sorted(ps.targets, key=lambda t: (node_score(pool, t.allocatable, t.usage), t.name)):
-        if _fits(pod, t, ps.target_high[t.name], ps.target_prod_high[t.name] if ps.target_prod_high else None):
-            t.usage = t.usage + pod.usage
+        prod_high = ps.target_prod_high[t.name] if ps.target_prod_high else None
+        if _fits(pod, t, ps.target_high[t.name], prod_high, ps.resources):
+            t.usage = t.usage + usage
             if ps.target_prod_high is not None:
-                t.prod_usage = t.prod_usage + pod.usage
+                t.prod_usage = t.prod_usage + usage
             return t
     return None
 
@@ -459,7 +586,8 @@ def victims_on(
     """Step 3: the pods that may leave `source`, in the order they go (`victim_order`), each with
     its target; and the pods that may not, with why. The prod pass looks at prod pods only.
 
-    Without nodeFit a pod that fits no target still goes, to the first one.
+    Without nodeFit a pod that fits no target still goes, to the first one (the first its
+    requests fit with the MigrationController's nodeFit).
     """
     movable: list[tuple[PodState, NodeState | None]] = []
     skipped: list[Skip] = []
@@ -472,6 +600,9 @@ def victims_on(
             target = claim_target(pool, p, ps)
             if target is None and args.nodeFit:
                 reason = "fits on no low node under its thresholds"
+            elif target is None and args.requests_must_fit:
+                target = next((t for t in ps.targets if requests_fit(p, t)), None)
+                reason = None if target else "its requests fit on no low node"
         if reason:
             skipped.append(Skip(p.key, source.name, reason))
         else:
@@ -481,41 +612,39 @@ def victims_on(
     return [(p, target_of[p.key]) for p in order], skipped
 
 
-def is_over(usage: Resources, threshold: Resources) -> bool:
-    """Any resource strictly over its threshold (Koordinator's "any > high")."""
-    return any(_get(usage, r) > _get(threshold, r) for r in RESOURCES)
-
-
-def room_used_up(room: Resources) -> bool:
+def room_used_up(room: Load, resources: tuple[str, ...] = ("cpu", "memory")) -> bool:
     """Koordinator's continueEviction stops as soon as any resource of the targets' room is gone."""
-    return room.cpu_milli <= 0 or room.memory_bytes <= 0
+    return any(room[r] <= 0 for r in resources)
 
 
-def overutilized_reason(allocatable: Resources, usage: Resources, thresholds: dict[str, float], prod: bool) -> str:
-    """The eviction's reason in Koordinator's words, naming every resource over its threshold:
-    "node is overutilized, node cpu usage(66.67%)>threshold(50.00%)" ("prod cpu ..." in the prod pass)."""
-    pct = usage_percent(allocatable, usage)
-    kind = "prod " if prod else "node "
-    over = (f"{kind}{r} usage({pct[r]:.2f}%)>threshold({thresholds[r]:.2f}%)" for r in RESOURCES if pct[r] > thresholds.get(r, 100))
+def overutilized_reason(ps: BalancePass, source: NodeState, usage: Load) -> str:
+    """The eviction's reason in Koordinator's words, naming every resource over its threshold in
+    name order: "node is overutilized, node cpu usage(66.67%)>threshold(50.00%)" ("prod cpu ..."
+    in the prod pass)."""
+    pct = usage_percent(source.allocatable, usage)
+    limit = ps.high[source.name]
+    kind = "prod " if ps.prod else "node "
+    over = (f"{kind}{r} usage({pct[r]:.2f}%)>threshold({ps.thresholds[r]:.2f}%)"
+            for r in sorted(ps.resources) if usage[r] > limit[r])
     return "node is overutilized, " + ", ".join(over)
 
 
 def evict_from(
     rnd: RoundState, pool: NodePool, ps: BalancePass, source: NodeState, victims: list[tuple[PodState, NodeState | None]],
-    room: Resources,
-) -> Resources:
+    room: Load,
+) -> Load:
     """Step 4, Koordinator's balancePods on one source: the victims go in order while the source
     is over its threshold and the targets have room; a pod a limit refuses is skipped and the
-    next one tried. Each move takes the pod's usage off the source and the room, and puts its
-    requests on the target. Returns the room left."""
+    next one tried. Each move takes the pod's usage and one pod off the source and the room, and
+    puts its requests on the target. Returns the room left."""
     measured = ps.measured(source)
     limit = ps.high[source.name]
     for p, target in victims:
-        if not is_over(measured, limit):
+        if not is_over(measured, limit, ps.resources):
             # back under its threshold: the node counts its hot rounds afresh (Koordinator resets it)
-            _detector(rnd.detectors, ps.detector_key(source), pool).reset(rnd.now_s)
+            _reset(rnd.detectors, ps.detector_key(source), rnd.now_s)
             break
-        if room_used_up(room):
+        if room_used_up(room, ps.resources):
             rnd.plan.notes.append("the low nodes' room is used up")
             break
         if target is None:
@@ -525,23 +654,24 @@ def evict_from(
         if refusal:
             rnd.plan.skipped.append(Skip(p.key, source.name, refusal))
             continue
-        reason = overutilized_reason(source.allocatable, measured, ps.thresholds, ps.prod)
+        reason = overutilized_reason(ps, source, measured)
         rnd.plan.migrations.append(Migration(p, source.name, target.name, reason, ps.prod))
         rnd.counter.add(p.node, p.namespace, p.workload)
-        measured = measured - p.usage
-        room = room - p.usage
-        source.usage = source.usage - p.usage
+        moved = p.moved
+        measured = measured - moved
+        room = room - moved
+        source.usage = source.usage - moved
         if p.is_prod:
-            source.prod_usage = (source.prod_usage - p.usage).clamp0()
+            source.prod_usage = (source.prod_usage - moved).clamp0()
         target.requested = target.requested + p.requests
     return room
 
 
-def _run_pass(rnd: RoundState, pool: NodePool, ps: BalancePass) -> Resources:
+def _run_pass(rnd: RoundState, pool: NodePool, ps: BalancePass) -> Load:
     """One pass: the sources hottest first, each with its victims ordered and moved while the
     room lasts. Returns the room left."""
     room = ps.available
-    for source in hottest_first(pool, ps.sources):
+    for source in hottest_first(pool, ps.sources, ps.prod):
         victims, skipped = victims_on(rnd.args, pool, ps, source, rnd.pods_by_node.get(source.name, []), rnd.replicas)
         rnd.plan.skipped.extend(skipped)
         room = evict_from(rnd, pool, ps, source, victims, room)
@@ -565,22 +695,23 @@ def _plan_pool(rnd: RoundState, pool: NodePool, members: list[NodeState]) -> lis
         rnd.plan.notes.append(f"{pool.name}: no low node to take pods")
         return []
     for n in lows:
-        _detector(rnd.detectors, n.name, pool).reset(rnd.now_s)
-        _detector(rnd.detectors, PROD_DETECTOR + n.name, pool).reset(rnd.now_s)
+        _reset(rnd.detectors, n.name, rnd.now_s)
+        _reset(rnd.detectors, PROD_DETECTOR + n.name, rnd.now_s)
     if not enough_low_nodes(rnd.args, lows, members):
         return []
     rnd.plan.abnormal.extend(n.name for n in abnormal + abnormal_prod)
 
-    highs = {n.name: threshold_qty(pool, n.allocatable, "high") for n in classes.fresh}
+    th, pct, rs = classes.thresholds, classes.percents, pool.resources
+    highs = {name: t.high for name, t in th.items()}
     targets = classes[LOW] + classes[BOTH_LOW]
     room = room_under(targets, highs)
     both_low_room = room_under(classes[BOTH_LOW], highs)
-    left = _run_pass(rnd, pool, BalancePass(False, abnormal, targets, room, highs, pool.highThresholds, highs, None))
+    left = _run_pass(rnd, pool, BalancePass(False, abnormal, targets, room, highs, pct.high, highs, None, rs))
     if pool.prod_enabled and abnormal_prod:
-        prod_highs = {n.name: threshold_qty(pool, n.allocatable, "prodHigh") for n in classes.fresh}
+        prod_highs = {name: t.prod_high for name, t in th.items()}
         prod_targets = classes[PROD_LOW] + classes[BOTH_LOW]
         ps = BalancePass(True, abnormal_prod, prod_targets, prod_room(classes, prod_highs, both_low_room, room - left),
-                   prod_highs, pool.prodHighThresholds, highs, prod_highs)
+                         prod_highs, pct.prod_high, highs, prod_highs, rs)
         _run_pass(rnd, pool, ps)
     # As Koordinator does after a pass: each source is marked normal once (it stays ANOMALY, its
     # count of hot rounds starts again).
@@ -589,6 +720,13 @@ def _plan_pool(rnd: RoundState, pool: NodePool, members: list[NodeState]) -> lis
     for n in abnormal_prod:
         rnd.detectors[PROD_DETECTOR + n.name].mark(True, rnd.now_s)
     return hot
+
+
+def forget_idle_detectors(detectors: dict[str, Detector], now_s: float, timeout_s: float) -> None:
+    """Koordinator keeps a node's detector in a cache that drops it detectorCacheTimeout after
+    its last abnormal mark: a node hot again later counts its hot rounds from the start."""
+    for key in [k for k, d in detectors.items() if now_s - d.touched_s > timeout_s]:
+        del detectors[key]
 
 
 def plan_round(
@@ -600,6 +738,7 @@ def plan_round(
     in_flight: LimitCounter | None = None,
     workload_unavailable: dict[str, int] | None = None,
     workload_replicas: dict[str, int] | None = None,
+    object_tokens: dict[str, float] | None = None,
 ) -> RoundPlan:
     """Plan one round, pool by pool: classify the nodes, pick the sources, order the victims on
     each source, move them while the source is hot and the low nodes have room.
@@ -607,23 +746,33 @@ def plan_round(
     `detectors` is updated in place: it is the state carried between rounds. `in_flight` counts
     migrations still under way from earlier rounds; `workload_unavailable` counts pods of each
     workload that are not ready right now; `workload_replicas` the expected replicas of each
-    workload (derived per-workload limits and the single-replica rule). Node states are worked
-    on: their usage ends as the plan leaves it.
+    workload (derived per-workload limits and the single-replica rule); `object_tokens` what
+    the objectLimiters allow now (migration.ObjectLimiters.tokens). Only the nodes in the
+    arguments' node scope take part. Node states are worked on: their usage ends as the plan
+    leaves it.
     """
     plan = RoundPlan()
     if args.paused:
         plan.notes.append("paused")
         return plan
+    forget_idle_detectors(detectors, now_s, args.detectorCacheTimeoutSeconds)
     counter = in_flight or LimitCounter()
-    counter.planned = 0
+    counter.start_round(object_tokens)
     pods_by_node: dict[str, list[PodState]] = {}
     for p in pods:
         pods_by_node.setdefault(p.node, []).append(p)
     rnd = RoundState(args, plan, counter, workload_unavailable or {}, workload_replicas or {}, pods_by_node, detectors, now_s)
+    nodes = [n for n in nodes if args.in_scope(n.labels)]
     drained: set[str] = set()
     for pool in args.nodePools:
         drained.update(n.name for n in _plan_pool(rnd, pool, pool_members(pool, nodes, drained)))
     return plan
+
+
+def _reset(detectors: dict[str, Detector], key: str, now_s: float) -> None:
+    """Reset a node's detector, if it has one (Koordinator's resetNodesAsNormal)."""
+    if key in detectors:
+        detectors[key].reset(now_s)
 
 
 def _detector(detectors: dict[str, Detector], key: str, pool: NodePool) -> Detector:

@@ -1,5 +1,5 @@
 """Migration jobs carried across rounds (Koordinator's PodMigrationJob, reduced to what the
-descheduler needs), and the eviction rate limiter.
+descheduler needs), the eviction rate limiter and the objectLimiters.
 
 A job moves one pod. EvictDirectly: evict, then wait for the replacement. ReservationFirst:
 reserve room on the target, wait until the reservation is Available, evict, then wait until
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .config import MigrationLimits, scaled_limit
 from .lownodeload import LimitCounter, Migration
 
 RESERVATION_FIRST = "ReservationFirst"
@@ -150,3 +151,53 @@ class TokenBucket:
         self.last_s = now_s
         self.tokens -= 1.0
         return 0.0 if self.tokens >= 0 else -self.tokens / self.qps
+
+
+@dataclass
+class _Limiter:
+    rate: float  # tokens a second
+    burst: int
+    tokens: float
+    last_s: float
+
+    def tokens_at(self, now_s: float) -> float:
+        return min(float(self.burst), self.tokens + (now_s - self.last_s) * self.rate)
+
+
+@dataclass
+class ObjectLimiters:
+    """The MigrationController's objectLimiters: per workload (or namespace), a token bucket of
+    maxMigrating evictions per duration with `burst` tokens (golang.org/x/time/rate). An eviction
+    takes a token when one is there (`track`); a migration is planned only while its objects have
+    one (`tokens`). A limiter no eviction touched for its duration is forgotten, full again."""
+
+    limits: MigrationLimits
+    limiters: dict[str, _Limiter] = field(default_factory=dict)  # "workload/<w>" -> its bucket
+
+    def track(self, workload: str, namespace: str, replicas: int | None, now_s: float) -> None:
+        for kind, conf in self.limits.objectLimiters.items():
+            if conf.durationSeconds <= 0:
+                continue
+            if kind == "namespace":
+                max_migrating = conf.maxMigrating if isinstance(conf.maxMigrating, int) else 0
+            else:
+                limit = conf.maxMigrating if conf.maxMigrating is not None else self.limits.maxMigratingPerWorkload
+                max_migrating = scaled_limit(limit, replicas) or 0
+            if max_migrating <= 0:
+                continue
+            key = f"{kind}/{workload if kind == 'workload' else namespace}"
+            rate, burst = max_migrating / conf.durationSeconds, conf.burst or 1
+            lim = self.limiters.get(key)
+            if lim is None:
+                lim = self.limiters[key] = _Limiter(rate, burst, float(burst), now_s)
+            lim.tokens, lim.last_s, lim.rate = lim.tokens_at(now_s), now_s, rate
+            if lim.tokens >= 1.0:
+                lim.tokens -= 1.0
+
+    def tokens(self, now_s: float) -> dict[str, float]:
+        for key in list(self.limiters):
+            kind = key.split("/", 1)[0]
+            conf = self.limits.objectLimiters.get(kind)
+            if conf is None or now_s - self.limiters[key].last_s > conf.durationSeconds:
+                del self.limiters[key]
+        return {key: lim.tokens_at(now_s) for key, lim in self.limiters.items()}
