@@ -540,3 +540,15 @@ async def test_evicted_replica_comes_back_pending_with_the_same_demand():
     before = len(await s.list_pods())
     await s.delete_pod("batch", "done-0")
     assert len(await s.list_pods()) == before - 1
+
+
+def test_a_trace_set_with_few_vms_lends_each_to_several_workloads():
+    """The sample holds 24 VMs; the 165 online and mid pods of 20 nodes are still 165 workloads,
+    as with the full set, so replica counts (and what a descheduler may evict) do not change."""
+    s = SimCluster(spec(nodes=20, online_pods_per_node=8, trace_set="sample"))
+    apps = [p.labels["app"] for p in s.state.pods.values()]
+    assert len(apps) == 165 and len(set(apps)) == len(apps)
+    sample_ids = set(traces.bitbrains_vm_ids(traces.sample_source()))
+    prod = [a for a in apps if a.startswith("vm-")]
+    assert {int(a.split("-")[1]) for a in prod} <= sample_ids
+    assert any(a.count("-") == 2 for a in prod)  # vm-<id>-<n>: a VM's later workloads

@@ -111,7 +111,11 @@ def build(spec: SimSpec) -> Genesis:
     n_nodes, ppn = spec.nodes, spec.online_pods_per_node
     n_online = n_nodes * ppn
     n_mid = spec.mid_pods if spec.mid_pods is not None else n_nodes // 4
-    vms, synthetic = _load_vms(spec, min(n_online + n_mid, spec.max_vms), rng)
+    # Online and mid pods belong to this many workloads (Deployments), one VM each. A trace set with
+    # fewer VMs (the bundled sample) lends each VM to several workloads, so the cluster has the same
+    # workloads, replicas and evictable pods whichever set drives it.
+    n_workloads = min(n_online + n_mid, spec.max_vms)
+    vms, synthetic = _load_vms(spec, n_workloads, rng)
     sys_cpu, sys_mem, sys_len, sys_step, meta = _load_machines(spec)
 
     # one padded matrix for every VM: pods index it by (row, offset)
@@ -162,12 +166,14 @@ def build(spec: SimSpec) -> Genesis:
     if n_nodes == 0 or not vms:
         return Genesis(nodes, pods, workloads, usage, synthetic)
 
-    # ---- online (prod) pods: pod j replays VM j mod |vms| on node j mod nodes (round robin)
-    vm_of = np.arange(n_online) % len(vms)
+    # ---- online (prod) pods: pod j belongs to workload j mod n_workloads, which replays VM
+    # (workload mod |vms|), on node j mod nodes (round robin)
+    vm_of = np.arange(n_online) % n_workloads
     # round robin: pod j lands on node j % n_nodes, i.e. column-major in (node, slot)
     order = np.arange(n_online).reshape(ppn, n_nodes).T if ppn else np.zeros((n_nodes, 0), dtype=np.int64)
-    raw_cpu = np.asarray([max(vms[vm_of[j]].cpu_milli_provisioned, 1) for j in order.ravel()], dtype=np.float64).reshape(order.shape)
-    raw_mem = np.asarray([max(vms[vm_of[j]].memory_bytes_provisioned, 1) for j in order.ravel()], dtype=np.float64).reshape(order.shape)
+    vm_at = [vms[vm_of[j] % len(vms)] for j in order.ravel()]
+    raw_cpu = np.asarray([max(v.cpu_milli_provisioned, 1) for v in vm_at], dtype=np.float64).reshape(order.shape)
+    raw_mem = np.asarray([max(v.memory_bytes_provisioned, 1) for v in vm_at], dtype=np.float64).reshape(order.shape)
     fill = rng.uniform(spec.prod_fill_min, max(spec.prod_fill_max, spec.prod_fill_min), size=n_nodes)
     if ppn:
         s_cpu = _fill_scale(raw_cpu, fill * alloc_cpu, np.full(n_nodes, spec.max_pod_fraction * alloc_cpu))
@@ -176,18 +182,21 @@ def build(spec: SimSpec) -> Genesis:
         req_mem = np.floor(np.minimum(raw_mem * s_mem[:, None], spec.max_pod_fraction * alloc_mem))
     offsets = rng.integers(0, 1 << 30, size=n_online + n_mid)
     prio = rng.integers(0, 100, size=n_online + n_mid)
-    replica_of = np.zeros(len(vms), dtype=np.int64)
+    replica_of = np.zeros(n_workloads, dtype=np.int64)
     names: set[str] = set()
     used = np.zeros((n_nodes, 2))
     start = spec.start_ms or 0
 
-    def add_pod(j: int, node_i: int, vm_k: int, cpu: int, mem: int, cls: PriorityClass, base_prio: int) -> None:
+    def add_pod(j: int, node_i: int, w: int, cpu: int, mem: int, cls: PriorityClass, base_prio: int) -> None:
+        vm_k, lap = w % len(vms), w // len(vms)
         vm = vms[vm_k]
-        deploy = f"vm-{vm.vm_id}" if cls is PriorityClass.PROD else f"mid-vm-{vm.vm_id}"
+        deploy = f"vm-{vm.vm_id}" + (f"-{lap}" if lap else "")  # a VM's later workloads are vm-<id>-<n>
+        if cls is not PriorityClass.PROD:
+            deploy = f"mid-{deploy}"
         rs = f"{deploy}-{safe_hash(f'{spec.seed}/{deploy}', 10)}"
         workloads[rs] = deploy
-        replica = int(replica_of[vm_k])
-        replica_of[vm_k] += 1
+        replica = int(replica_of[w])
+        replica_of[w] += 1
         name = f"{rs}-{safe_hash(f'{spec.seed}/{rs}/{replica}', 5)}"
         retry = 0
         while name in names:  # five hash letters collide among a VM's many replicas now and then
@@ -234,8 +243,8 @@ def build(spec: SimSpec) -> Genesis:
     node_i = 0
     for m in range(n_mid):
         j = n_online + m
-        vm_k = (n_online + m) % len(vms)
-        vm = vms[vm_k]
+        w = (n_online + m) % n_workloads
+        vm = vms[w % len(vms)]
         cpu = int(min(vm.cpu_milli_provisioned, MID_REQUEST_FRACTION * alloc_cpu))
         mem = int(min(vm.memory_bytes_provisioned, MID_REQUEST_FRACTION * alloc_mem))
         for _ in range(n_nodes):
@@ -243,6 +252,6 @@ def build(spec: SimSpec) -> Genesis:
             target = node_i
             node_i = (node_i + 1) % n_nodes
             if fits:
-                add_pod(j, target, vm_k, cpu, mem, PriorityClass.MID, 7000)
+                add_pod(j, target, w, cpu, mem, PriorityClass.MID, 7000)
                 break
     return Genesis(nodes, pods, workloads, usage, synthetic)
