@@ -9,6 +9,7 @@ written or evicted, and the events say what would have been.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +28,12 @@ log = logging.getLogger(__name__)
 WRITES = Counter("koord_agent_qos_writes_total", "cgroup writes by outcome", ["strategy", "outcome"])
 EVICTIONS = Counter("koord_agent_evictions_total", "Evictions requested by the node QoS manager",
                     ["strategy", "outcome"])
+
+
+@functools.cache
+def _counted(strategy: str, outcome: str):
+    """The WRITES child of (strategy, outcome), looked up once: a round counts every planned write."""
+    return WRITES.labels(strategy, outcome)
 
 
 class TokenBucket:
@@ -121,12 +128,12 @@ class Executor:
             else:
                 change = self.files.write(w.rel, w.resource, w.value)
         except CgroupPathError as exc:
-            WRITES.labels(w.strategy, "refused").inc()
+            _counted(w.strategy, "refused").inc()
             log.error("cgroup write outside the root refused", extra={"dir": w.rel, "file": w.resource,
                                                                       "error": str(exc)})
             return True
         except UnsupportedFile:
-            WRITES.labels(w.strategy, "unsupported").inc()
+            _counted(w.strategy, "unsupported").inc()
             if w.resource not in self.unsupported:
                 self.unsupported.add(w.resource)
                 log.warning("cgroup file not supported by this kernel; skipped",
@@ -137,13 +144,13 @@ class Executor:
         except OSError as exc:
             if not retry:
                 return False
-            WRITES.labels(w.strategy, "error").inc()
+            _counted(w.strategy, "error").inc()
             log.warning("cgroup write failed", extra={"dir": w.rel, "file": w.resource, "error": str(exc)})
             return True
         if change is None:
-            WRITES.labels(w.strategy, "unchanged").inc()
+            _counted(w.strategy, "unchanged").inc()
             return True
-        WRITES.labels(w.strategy, "dry_run" if self.dry_run else "written").inc()
+        _counted(w.strategy, "dry_run" if self.dry_run else "written").inc()
         old, new = change
         events.append(
             Event(

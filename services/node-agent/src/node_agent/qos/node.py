@@ -51,6 +51,7 @@ class NodeQoS:
         self.memory = QoSMemory(started_ms=start_ms)
         self.simulated = simulated
         self.cpu_manager: CPUManagerState | None = None  # the kubelet's checkpoint (real nodes)
+        self._dirs: dict[str, tuple[PodInfo, tuple[str, dict[str, str]]]] = {}  # uid -> (pod, its cgroup dirs)
 
     @classmethod
     def simulated_node(cls, node: str, capacity: Resources, start_ms: int, dry_run: bool = False, cluster=None,
@@ -61,6 +62,21 @@ class NodeQoS:
         executor = Executor(files, node, dry_run, cluster, limiter)
         return cls(node, files, CgroupLayout(Path("/sim"), V2, SYSTEMD), synthetic_topology(cores), executor,
                    start_ms, simulated=True)
+
+    def pod_dirs(self, pod: PodInfo) -> tuple[str, dict[str, str]] | None:
+        """(pod dir, container name -> dir), derived again only when the pod changed; None when
+        the pod's uid is refused as a cgroup path."""
+        hit = self._dirs.get(pod.uid)
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        try:
+            rel = self.layout.pod_dir(pod.uid, pod.kube_qos)
+        except CgroupPathError:
+            log.error("pod uid refused as a cgroup path", extra={"uid": pod.uid, "node": self.node})
+            return None
+        dirs = (rel, self.container_dirs(pod, rel))
+        self._dirs[pod.uid] = (pod, dirs)
+        return dirs
 
     def container_dirs(self, pod: PodInfo, pod_rel: str) -> dict[str, str]:
         out = {}
@@ -88,17 +104,18 @@ class NodeQoS:
         for (uid, name), v in r.containers.items():
             if (u := _pair(v)) is not None:
                 by_pod.setdefault(uid, {})[name] = u
+        live = set()
         for p in pods:
-            try:
-                rel = self.layout.pod_dir(p.uid, p.kube_qos)
-            except CgroupPathError:
-                log.error("pod uid refused as a cgroup path", extra={"uid": p.uid, "node": self.node})
+            dirs = self.pod_dirs(p)
+            if dirs is None:
                 continue
+            live.add(p.uid)
             ratio = None
             if r.extensions:
                 ratio = r.extensions.get("cpu_throttled_ratio", {}).get(p.uid)
-            states.append(PodState(p, rel, self.container_dirs(p, rel), _pair(r.pods.get(p.uid)), ratio,
-                                   by_pod.get(p.uid, {})))
+            states.append(PodState(p, dirs[0], dirs[1], _pair(r.pods.get(p.uid)), ratio, by_pod.get(p.uid, {})))
+        if len(self._dirs) > len(live):
+            self._dirs = {uid: hit for uid, hit in self._dirs.items() if uid in live}
         facts = node_facts(record)
         return QoSState(
             node=self.node,

@@ -83,16 +83,19 @@ def _cpuset_steps(state: QoSState, new: list[int], depths: tuple[int, ...]
     """(the union of old and new, top-down; the new set, bottom-up) for the BE dirs at `depths`
     (0 the besteffort dir, 1 pods, 2 containers)."""
     writes = []
-    new_s = format_cpuset(new)
+    new_s, new_set = format_cpuset(new), set(new)
     dirs = [(d, rel) for d, rel in be_dirs(state) if d in depths]
     for depth, rel in dirs:
         old = state.read(rel, "cpuset.cpus") or ""
+        if old == new_s:
+            continue  # already the new set: the union is the new set too
         try:
-            union = format_cpuset(set(parse_cpuset(old)) | set(new))
+            old_set = set(parse_cpuset(old))
         except ValueError:
-            union = new_s
-        if union != new_s and union != format_cpuset(parse_cpuset(old) if old else []):
-            writes.append(CgroupWrite(rel, "cpuset.cpus", union, NAME, ("qos", "pod", "container")[depth]))
+            continue  # unreadable: the exact write below sets it
+        union = old_set | new_set
+        if union != new_set and union != old_set:
+            writes.append(CgroupWrite(rel, "cpuset.cpus", format_cpuset(union), NAME, ("qos", "pod", "container")[depth]))
     exact = [CgroupWrite(rel, "cpuset.cpus", new_s, NAME, ("qos", "pod", "container")[depth])
              for depth, rel in reversed(dirs)]
     return writes, exact
