@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from koordcommon.model import LABEL_QOS_CLASS, PriorityClass
@@ -38,6 +38,7 @@ class Genesis:
     workloads: dict[str, str]  # ReplicaSet name -> Deployment name
     usage: UsageModel
     synthetic: bool
+    assumptions: list[str] = field(default_factory=list)  # how the cluster models its traces, for reports
 
 
 def safe_hash(text: str, n: int) -> str:
@@ -106,6 +107,16 @@ def _fill_scale(raw: np.ndarray, target: np.ndarray, cap: np.ndarray) -> np.ndar
 
 
 def build(spec: SimSpec) -> Genesis:
+    """The cluster the spec's scenario describes: Bitbrains VMs packed onto nodes (`vms`, below)
+    or real Alibaba 2018 machines (`machines`, machines.py)."""
+    if spec.scenario == "machines":
+        from . import machines
+
+        return machines.build(spec)
+    return _build_vms(spec)
+
+
+def _build_vms(spec: SimSpec) -> Genesis:
     spec = spec.resolved()
     rng = np.random.default_rng(spec.seed)
     n_nodes, ppn = spec.nodes, spec.online_pods_per_node
@@ -164,7 +175,7 @@ def build(spec: SimSpec) -> Genesis:
     pods: list[PodRecord] = []
     workloads: dict[str, str] = {}
     if n_nodes == 0 or not vms:
-        return Genesis(nodes, pods, workloads, usage, synthetic)
+        return Genesis(nodes, pods, workloads, usage, synthetic, _vm_assumptions(spec, synthetic))
 
     # ---- online (prod) pods: pod j belongs to workload j mod n_workloads, which replays VM
     # (workload mod |vms|), on node j mod nodes (round robin)
@@ -254,4 +265,18 @@ def build(spec: SimSpec) -> Genesis:
             if fits:
                 add_pod(j, target, w, cpu, mem, PriorityClass.MID, 7000)
                 break
-    return Genesis(nodes, pods, workloads, usage, synthetic)
+    return Genesis(nodes, pods, workloads, usage, synthetic, _vm_assumptions(spec, synthetic))
+
+
+def _vm_assumptions(spec: SimSpec, synthetic: bool) -> list[str]:
+    if synthetic:
+        return ["online load: seeded synthetic diurnal series (asked for), not a trace"]
+    return [
+        (f"online load: Bitbrains GWA-T-12 VMs (5-minute samples, linearly interpolated), {spec.online_pods_per_node} "
+        f"per node, each a prod Deployment replica whose request is the VM's provisioned size scaled so the node's "
+        f"prod requests fill a seeded {spec.prod_fill_min:.0%}-{spec.prod_fill_max:.0%} of allocatable; usage scaled "
+        "alike, so each pod's usage/request ratio is its VM's"),
+        (f"node system usage: the shape of an Alibaba 2018 machine's usage, scaled to {spec.system_cpu_fraction:.0%} "
+        f"CPU / {spec.system_memory_fraction:.0%} memory of capacity at 100 % machine utilisation"),
+        f"node size: {spec.node_cpu_cores} cores, {spec.node_memory_gib} GiB",
+    ]

@@ -20,6 +20,10 @@ class SimSpec(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
+    # What the cluster is: "vms", Bitbrains VMs packed onto nodes as online pods (genesis.py), or
+    # "machines", real Alibaba 2018 machines, one node each (machines.py; `nodes` 0 means their
+    # own count, more repeat them shifted in time).
+    scenario: str = Field("vms", pattern="^(vms|machines)$")
     nodes: int = Field(20, ge=0)
     seed: int = 0
     node_cpu_cores: int = Field(32, ge=1)
@@ -46,6 +50,12 @@ class SimSpec(BaseModel):
     batch_tasks_per_node_hour: float = Field(4.0, ge=0)
     batch_trace_offset_s: int = Field(0, ge=0)  # where in the batch trace simulated time starts
     batch_utilisation: float = Field(0.7, ge=0)  # batch pods use this share of their batch request
+    # Batch demand as the mean batch CPU requested / node CPU, over the arrivals' day (overrides
+    # batch_tasks_per_node_hour when set); and the largest pod a task's instances are packed into
+    # (0: one pod per task, asking one instance's CPU, as the demo does).
+    batch_load: float | None = Field(None, ge=0)
+    batch_pod_cpu_milli: int = Field(0, ge=0)
+    online_memory_share: float = Field(1.0, ge=0, le=1)  # machines: the traced memory that is the online pods' 
     system_cpu_fraction: float = Field(0.08, ge=0)  # of capacity at 100% machine utilisation
     system_memory_fraction: float = Field(0.03, ge=0)
     node_name_prefix: str = "sim-node-"

@@ -86,6 +86,7 @@ class SimState:
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.usage = None
         self.synthetic = False
+        self.assumptions: list[str] = []
         self.rv = 1
         # PDB key -> most pods it ever selected: the sim has no controllers to report a scale,
         # so this stands in for the workload's replicas (replacements start Pending).
@@ -106,6 +107,7 @@ class SimState:
         self.workloads = dict(g.workloads)
         self.usage = g.usage
         self.synthetic = g.synthetic
+        self.assumptions = list(g.assumptions)
         self._by_node = {n: set() for n in self.nodes}
         for p in g.pods:
             if p.node_name:

@@ -1,0 +1,121 @@
+"""The batch jobs' controllers, for a simulated cluster: submit, finish, resubmit.
+
+What a Job controller and the batch framework behind it do to the cluster's batch pods:
+* submit each arrival of the Alibaba 2017 batch stream (`batch.batch_arrivals`) as a pending pod;
+* finish a pod when it has run for its traced duration (Succeeded, then deleted);
+* submit a pod again when it vanished without finishing (evicted by CPU suppress's
+  satisfaction eviction, memory eviction or the descheduler): a new pod of the same job, with
+  the whole duration to run again (the work of the evicted attempt is lost).
+
+Every attempt of every pod is remembered (`PodLife`), with when its work arrived, when the
+attempt was queued, started and ended, the CPU it ran and how it ended, so that a replay can
+report queueing delays, completed work and eviction loops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+
+from . import batch
+from .spec import SimSpec
+from .state import MutationError
+
+COMPLETED, EVICTED, RUNNING, PENDING = "completed", "evicted", "running", "pending"
+ATTEMPT_SEP = "#"  # pod key of an attempt: <first pod's key>#<attempt>; the pod's name carries -r<attempt>
+
+
+@dataclass
+class PodLife:
+    key: str  # first pod's key, then #<attempt> for resubmissions
+    arrival_ms: int  # when its work was first submitted
+    queued_ms: int  # when this attempt entered the queue
+    request_cpu: int  # batch-cpu, milli-cores
+    started_ms: int | None = None
+    ended_ms: int | None = None
+    outcome: str = PENDING
+    cpu_ms: float = 0.0  # milli-core milliseconds it ran
+
+
+class BatchDriver:
+    def __init__(self, cluster, spec: SimSpec) -> None:
+        self.cluster = cluster
+        self.spec = spec.resolved(wall_ms=spec.start_ms or 0)
+        self.last_ms = self.spec.start_ms or 0
+        self._lives: dict[str, PodLife] = {}  # pod key in the cluster -> its life
+        self._done: list[PodLife] = []
+        self._templates: dict[str, object] = {}  # pod key -> the PodRecord submitted
+
+    # ------------------------------------------------------------------ one step
+
+    async def step(self, now_ms: int) -> None:
+        """Finish, resubmit and submit everything due at `now_ms`."""
+        pods = self.cluster.state.pods
+        for key, life in list(self._lives.items()):
+            pod = pods.get(key)
+            if pod is None:  # gone without us finishing it: evicted
+                self._end(key, EVICTED, now_ms)
+                await self._resubmit(key, life, now_ms)
+                continue
+            if pod.node_name and life.started_ms is None:
+                life.started_ms, life.outcome = pod.start_ms or now_ms, RUNNING
+            if batch.finished(pod, now_ms):
+                self._end(key, COMPLETED, now_ms)
+                with contextlib.suppress(MutationError):
+                    await self.cluster.set_pod_phase(pod.namespace, pod.name, "Succeeded")
+                    await self.cluster.delete_pod(pod.namespace, pod.name)
+        for pod in batch.batch_arrivals(self.spec, self.last_ms, now_ms):
+            await self._submit(pod, arrival_ms=pod.created_ms or now_ms, now_ms=now_ms)
+        self.last_ms = now_ms
+
+    async def _submit(self, pod, arrival_ms: int, now_ms: int, life_key: str | None = None) -> None:
+        if pod.key in self.cluster.state.pods:
+            return
+        try:
+            created = await self.cluster.create_pod(pod)
+        except MutationError:
+            return
+        request = created.batch_requests().cpu_milli
+        self._lives[created.key] = PodLife(life_key or created.key, arrival_ms, now_ms, request)
+        self._templates[created.key] = pod
+
+    async def _resubmit(self, key: str, life: PodLife, now_ms: int) -> None:
+        template = self._templates.pop(key, None)
+        if template is None:
+            return
+        root, _, attempt = life.key.partition(ATTEMPT_SEP)
+        n = int(attempt or 0) + 1
+        base = template.name.rsplit("-r", 1)[0] if attempt else template.name
+        again = dataclasses.replace(template, name=f"{base}-r{n}", uid="", node_name=None, phase="Pending",
+                                    start_ms=None, created_ms=now_ms, resource_version="")
+        await self._submit(again, life.arrival_ms, now_ms, life_key=f"{root}{ATTEMPT_SEP}{n}")
+
+    def _end(self, key: str, outcome: str, now_ms: int) -> None:
+        life = self._lives.pop(key)
+        life.outcome, life.ended_ms = outcome, now_ms
+        self._done.append(life)
+        if outcome == COMPLETED:
+            self._templates.pop(key, None)
+
+    # ------------------------------------------------------------------ what a replay reads
+
+    def uids_running(self) -> dict[str, str]:
+        """uid -> pod key, for the batch pods bound to a node now."""
+        pods = self.cluster.state.pods
+        return {p.uid: key for key in self._lives if (p := pods.get(key)) is not None and p.node_name}
+
+    def ran(self, key: str, cpu_ms: float) -> None:
+        life = self._lives.get(key)
+        if life is not None:
+            life.cpu_ms += cpu_ms
+
+    def lives(self, now_ms: int) -> dict[str, PodLife]:
+        """Every attempt so far, those still in the cluster as running or pending."""
+        out = {life.key: life for life in self._done}
+        for life in self._lives.values():
+            out[life.key] = life
+        return out
+
+    def assumptions(self) -> list[str]:
+        return batch.assumptions(self.spec)
