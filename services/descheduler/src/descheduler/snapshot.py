@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from koordcommon.model import is_prod
+from dataclasses import dataclass
+
+from koordcommon.model import KubeQoS, PriorityClass, QoSClass, is_prod
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import Resources, sum_resources
 from koordcommon.schemas import NodeMetric
@@ -13,6 +15,35 @@ from .core.lownodeload import Load, NodeState, PodState
 
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 ANNOTATION_EVICTION_COST = "scheduling.koordinator.sh/eviction-cost"
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What every round derives of a pod, kept while the pod is unchanged (uid, resourceVersion)."""
+
+    workload: str
+    priority_class: PriorityClass
+    prod: bool
+    kube_qos: KubeQoS
+    qos: QoSClass
+    requests: Resources
+
+
+_FACTS: dict[tuple[str, str], _Facts] = {}
+_FACTS_LIMIT = 200_000
+
+
+def facts(p: PodRecord) -> _Facts:
+    key = (p.uid, p.resource_version)
+    hit = _FACTS.get(key) if p.resource_version else None
+    if hit is None:
+        cls = p.priority_class
+        hit = _Facts(str(workload_of(p)), cls, is_prod(cls), p.computed_kube_qos(), p.qos, p.request_resources())
+        if p.resource_version:
+            if len(_FACTS) >= _FACTS_LIMIT:
+                _FACTS.clear()
+            _FACTS[key] = hit
+    return hit
 
 
 def node_states(
@@ -38,7 +69,7 @@ def node_states(
     on_node: dict[str, dict[str, PodRecord]] = {}
     for p in pods:
         if p.node_name and p.is_active:
-            requested.setdefault(p.node_name, []).append(p.request_resources())
+            requested.setdefault(p.node_name, []).append(facts(p).requests)
             on_node.setdefault(p.node_name, {})[p.uid] = p
     arriving = arriving or {}
     out = []
@@ -59,16 +90,16 @@ def node_states(
                 pod = local.get(pm.uid) or by_key.get(key)
                 if pod is not None:
                     seen.add(pod.key)
-                    if is_prod(pod.priority_class):
+                    if facts(pod).prod:
                         prod = prod + pm.usage
             for key, extra in arriving.items():
                 if key in by_key and key not in seen:
                     usage = usage + extra
-                    if is_prod(by_key[key].priority_class):
+                    if facts(by_key[key]).prod:
                         prod = prod + extra
             usage = usage.clamp0()
         bound = on_node.get(n.name, {}).values()
-        n_pods, n_prod = len(bound), sum(1 for p in bound if is_prod(p.priority_class))
+        n_pods, n_prod = len(bound), sum(1 for p in bound if facts(p).prod)
         out.append(
             NodeState(
                 name=n.name,
@@ -96,18 +127,19 @@ def pod_states(pods: list[PodRecord], metrics: dict[str, NodeMetric], rules: Evi
         if not p.node_name:
             continue
         cost = _int_annotation(p, ANNOTATION_DELETION_COST)
+        f = facts(p)
         out.append(
             PodState(
                 namespace=p.namespace,
                 name=p.name,
                 uid=p.uid,
                 node=p.node_name,
-                workload=str(workload_of(p)),
-                priority_class=p.priority_class,
+                workload=f.workload,
+                priority_class=f.priority_class,
                 priority=p.priority or 0,
-                kube_qos=p.computed_kube_qos(),
-                qos=p.qos,
-                requests=p.request_resources(),
+                kube_qos=f.kube_qos,
+                qos=f.qos,
+                requests=f.requests,
                 usage=usage.get(p.uid) or usage.get(p.key),
                 created_ms=p.created_ms,
                 non_evictable=non_evictable_reason(p, rules),
@@ -132,7 +164,7 @@ def replicas_by_workload(pods: list[PodRecord]) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in pods:
         if p.owners and p.deletion_ms is None and not p.is_terminal:
-            k = str(workload_of(p))
+            k = facts(p).workload
             out[k] = out.get(k, 0) + 1
     return out
 
@@ -142,6 +174,6 @@ def unavailable_by_workload(pods: list[PodRecord]) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in pods:
         if p.owners and p.phase == "Pending":
-            k = str(workload_of(p))
+            k = facts(p).workload
             out[k] = out.get(k, 0) + 1
     return out
