@@ -124,6 +124,7 @@ class ExtenderScheduler:
         self.percentage = percentage_of_nodes_to_score
         self.transport = transport
         self.skip_dominated = skip_dominated
+        self._asks: dict[tuple[str, str], _Asks] = {}
         self._client = client or (None if transport is not None else httpx.AsyncClient(timeout=self.timeout_s))
         self._own_client = client is None and transport is None
         self._next_start = 0
@@ -253,21 +254,26 @@ class ExtenderScheduler:
         pods.sort(key=lambda p: (-(p.priority or 0), p.created_ms, p.key))
         nodes, requested, nonzero = await self._snapshot()
         results = []
-        failed: list[tuple[str, str, ResourceList, ResourceList]] = []
+        failed: list[_Asks] = []
+        asks: dict[tuple[str, str], _Asks] = {}
         for pod in pods:
-            if self.skip_dominated and (blocker := _dominated(pod, failed)) is not None:
-                results.append(ScheduleResult(pod.namespace, pod.name, message=f"not tried: {blocker} asking no more "
-                                              "was unschedulable in this pass"))
-                continue
+            if self.skip_dominated:
+                mine = asks[(pod.uid, pod.resource_version)] = self._asks.get((pod.uid, pod.resource_version)) or _Asks.of(pod)
+                blocker = next((f for f in failed if mine.dominates(f)), None)
+                if blocker is not None:
+                    results.append(ScheduleResult(pod.namespace, pod.name, message=f"not tried: {blocker.key} asking no "
+                                                  "more was unschedulable in this pass"))
+                    continue
             res = await self._cycle(pod, nodes, requested, nonzero)
             if self.skip_dominated and res.node is None and not res.error:
-                failed.append((pod.key, pod.priority_class.value, pod.requests(), pod.limits()))
+                failed.append(mine)
             if res.node is not None:  # assume the pod, as the scheduler cache does
                 fit.add_requests(requested[res.node], pod)
                 c, m = fit.non_zero_requests(pod)
                 nonzero[res.node][0] += c
                 nonzero[res.node][1] += m
             results.append(res)
+        self._asks = asks  # what a pending pod asks is derived once while it waits
         return results
 
     def _in_tree_filter(
@@ -336,12 +342,22 @@ class ExtenderScheduler:
         return ScheduleResult(pod.namespace, pod.name, node=chosen, reasons=reasons, scores=scores)
 
 
-def _dominated(pod: PodRecord, failed: list[tuple[str, str, ResourceList, ResourceList]]) -> str | None:
-    """The key of a failed pod of the same priority class that `pod` asks at least as much as
-    (every request and limit), if any."""
-    req, lim, cls = pod.requests(), pod.limits(), pod.priority_class.value
-    for key, f_cls, f_req, f_lim in failed:
-        if f_cls == cls and all(req.get(k, 0) >= v for k, v in f_req.items()) \
-                and all(lim.get(k, 0) >= v for k, v in f_lim.items()):
-            return key
-    return None
+@dataclass(frozen=True)
+class _Asks:
+    """What a pod asks, for comparing it with pods found unschedulable (skip_dominated)."""
+
+    key: str
+    cls: str
+    requests: tuple[tuple[str, int], ...]
+    limits: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, pod: PodRecord) -> _Asks:
+        return cls(pod.key, pod.priority_class.value, tuple(pod.requests().items()), tuple(pod.limits().items()))
+
+    def dominates(self, other: _Asks) -> bool:
+        """Of the same class and asking at least as much as `other`, every request and limit."""
+        if self.cls != other.cls:
+            return False
+        req, lim = dict(self.requests), dict(self.limits)
+        return all(req.get(k, 0) >= v for k, v in other.requests) and all(lim.get(k, 0) >= v for k, v in other.limits)
