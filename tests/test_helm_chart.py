@@ -558,8 +558,8 @@ SETTINGS = {
     "KOORD_DESCHEDULER_": ("descheduler.main", "Settings"),
     "KOORD_RECOMMENDER_": ("recommender.main", "Settings"),
 }
-# Read outside the settings class: the dashboard takes the recommender URL from the env.
-EXTRA_ENV = {"KOORD_COLLECTOR_RECOMMENDER_URL"}
+# Variables a service reads outside its settings class (none: every one is a setting).
+EXTRA_ENV: set[str] = set()
 
 
 @pytest.mark.parametrize("which", ["default_docs", "production_docs"])

@@ -23,7 +23,7 @@ from koordcommon.service import (
     setup_logging,
     tune_gc,
 )
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 SERVICE_SCRIPT = textwrap.dedent(
     """
@@ -188,6 +188,7 @@ async def test_health_async_check_and_wedged_loop(monkeypatch):
 class DemoSettings(ServiceSettings):
     model_config = settings_config("KOORD_DEMO_")
     batch_size: int = 5000
+    limits: dict[str, int] = Field(default_factory=dict)
 
 
 @pytest.fixture
@@ -214,7 +215,8 @@ def clean_env(monkeypatch):
         ({"NATS_URL": "nats://env:1"}, "nats_url: nats://yaml:1\n", {"nats_url": "nats://env:1"}),
         ({"KOORD_LOG_LEVEL": "DEBUG"}, None, {"log_level": "DEBUG"}),
         ({"KOORD_LOG_LEVEL": "DEBUG", "KOORD_DEMO_LOG_LEVEL": "WARNING"}, None, {"log_level": "WARNING"}),
-        ({}, "nats_url: nats://yaml:1\nunknown_key: 1\n", {"nats_url": "nats://yaml:1"}),
+        ({"KOORD_DEMO_LIMITS__CPU": "7"}, None, {"limits": {"cpu": 7}}),  # a key of a mapping setting
+        ({"KOORD_EXTENDER_URL": "http://x"}, None, {"batch_size": 5000}),  # koordctl sim's, not a setting
     ],
 )
 def test_settings_sources_and_precedence(clean_env, tmp_path, env, yaml_text, expected):
@@ -244,6 +246,44 @@ def test_settings_errors(clean_env, tmp_path):
     clean_env.setenv("KOORD_DEMO_CLUSTER_BACKEND", "openshift")
     with pytest.raises(ValidationError, match="cluster_backend"):
         load_settings(DemoSettings)
+
+
+@pytest.mark.parametrize(
+    "env, yaml_text, named",
+    [
+        ({"KOORD_DEMO_BATCHSIZE": "250"}, None, "unknown setting: KOORD_DEMO_BATCHSIZE (did you mean batch_size?)"),
+        ({"KOORD_DEMO_NO_SUCH_THING": "1"}, None, (
+            "unknown setting: KOORD_DEMO_NO_SUCH_THING; the settings of DemoSettings are: batch_size, bus_namespace, "
+            "cluster_backend, data_dir, database_url, http_host, http_port, limits, log_level, nats_url")),
+        ({"KOORD_DEMO_LIMIT__CPU": "1"}, None, "KOORD_DEMO_LIMIT__CPU (did you mean limits?)"),
+        ({}, "nats_url: nats://yaml:1\nunknown_key: 1\nbatch_sise: 3\n",
+         "unknown settings: unknown_key, batch_sise (did you mean batch_size?)"),
+    ],
+)
+def test_unknown_settings_are_refused_naming_them(clean_env, tmp_path, env, yaml_text, named):
+    for k, v in env.items():
+        clean_env.setenv(k, v)
+    if yaml_text is not None:
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml_text)
+        clean_env.setenv("KOORD_DEMO_CONFIG_FILE", str(path))
+    with pytest.raises(ValidationError) as err:
+        load_settings(DemoSettings)
+    assert named in str(err.value)
+
+
+def test_unknown_settings_errors_do_not_print_the_values(clean_env):
+    clean_env.setenv("DATABASE_URL", "postgresql://user:secret@db/x")
+    clean_env.setenv("KOORD_DEMO_BATCHSIZE", "250")
+    with pytest.raises(ValidationError) as err:
+        load_settings(DemoSettings)
+    assert "secret" not in str(err.value)
+
+
+def test_the_shared_prefix_alone_names_no_service(clean_env):
+    # KOORD_LOG_LEVEL, KOORD_TRACE_DIR, KOORD_RESOURCE_PREFIX...: read by every program, owned by none
+    clean_env.setenv("KOORD_TRACE_DIR", "/nowhere")
+    assert ServiceSettings(http_port=0).http_port == 0
 
 
 def test_data_dir_default_and_override(clean_env, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import gc
 import inspect
 import logging
@@ -18,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar
 
@@ -26,7 +27,7 @@ import uvicorn
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -48,6 +49,7 @@ __all__ = [
     "run_until_stopped",
     "settings_config",
     "setup_logging",
+    "unknown_settings",
 ]
 
 log = logging.getLogger("koordcommon.service")
@@ -60,17 +62,60 @@ class ConfigFileError(ValueError):
 
 
 def settings_config(prefix: str, **extra: Any) -> SettingsConfigDict:
-    """The settings config every service uses: its env prefix, unknown keys ignored.
+    """The settings config every service uses: its env prefix; unknown keys are refused.
 
-    The YAML file is named at load time by the env variable `<prefix>CONFIG_FILE`.
+    The YAML file is named at load time by the env variable `<prefix>CONFIG_FILE`. A key of
+    that file, or a `<prefix>*` variable, that names no setting stops the service at start-up
+    with a message naming it (`ServiceSettings._refuse_unknown`): a misspelt setting is an
+    error, never a silently kept default.
     """
     return SettingsConfigDict(
         env_prefix=prefix,
-        extra="ignore",
+        extra="forbid",
         case_sensitive=False,
         env_nested_delimiter="__",
+        hide_input_in_errors=True,  # an error must not print database_url and its password
         **extra,
     )
+
+
+# The prefix every service's own prefix starts with: on its own it names no service, so the
+# base class does not judge the variables under it.
+SHARED_PREFIX = "KOORD_"
+
+
+def unknown_settings(cls: type[BaseSettings], data: Any = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The keys of `data` (the YAML file, init overrides) and the `<prefix>*` variables of
+    `environ` that name no setting of `cls`, each with its closest setting when one is near.
+
+    `<prefix>CONFIG_FILE` names the file; `<prefix>X__Y` sets key Y of setting X; variables in
+    `cls.FOREIGN_ENV` belong to another program that happens to share the prefix.
+    """
+    names = set(cls.model_fields)
+    prefix = str(cls.model_config.get("env_prefix", "")).upper()
+    found: list[tuple[str, str]] = []  # (as written, as a setting name)
+    if prefix and prefix != SHARED_PREFIX:
+        foreign = {v.upper() for v in getattr(cls, "FOREIGN_ENV", ())}
+        for var in os.environ if environ is None else environ:
+            up = var.upper()
+            if not up.startswith(prefix) or up in foreign:
+                continue
+            bare = up[len(prefix):].split("__", 1)[0].lower()
+            if bare not in names and bare != "config_file":
+                found.append((var, bare))
+    if isinstance(data, Mapping):
+        found += [(str(k), str(k).lower()) for k in data if str(k).lower() not in names]
+    out = []
+    for written, bare in found:
+        close = difflib.get_close_matches(bare, sorted(names), n=1)
+        out.append(written + (f" (did you mean {close[0]}?)" if close else ""))
+    return out
+
+
+def _unknown_message(cls: type[BaseSettings], unknown: list[str]) -> str:
+    s = "s" if len(unknown) > 1 else ""
+    return (f"unknown setting{s}: {', '.join(unknown)}; the settings of {cls.__name__} are: "
+            + ", ".join(sorted(cls.model_fields)))
 
 
 class _PlainEnvSource(PydanticBaseSettingsSource):
@@ -102,6 +147,9 @@ class ServiceSettings(BaseSettings):
     """Settings common to every service; subclasses add theirs and set `settings_config(prefix)`."""
 
     model_config = settings_config("KOORD_")
+    # Variables of other programs of the project that share a service's prefix: koordctl
+    # sim's --extender-url. They are not taken for a misspelt setting.
+    FOREIGN_ENV: ClassVar[frozenset[str]] = frozenset({"KOORD_EXTENDER_URL"})
     # Un-prefixed variables one deployment sets once for every service.
     PLAIN_ENV: ClassVar[dict[str, str]] = {
         "nats_url": "NATS_URL",
@@ -137,6 +185,14 @@ class ServiceSettings(BaseSettings):
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=_checked_yaml(path)))
         sources.append(file_secret_settings)
         return tuple(sources)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown(cls, data: Any) -> Any:
+        unknown = unknown_settings(cls, data)
+        if unknown:
+            raise ValueError(_unknown_message(cls, unknown))
+        return data
 
     def resolve_data_dir(self, service: str) -> Path:
         return Path(self.data_dir) if self.data_dir else Path(".data") / service

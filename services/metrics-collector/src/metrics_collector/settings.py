@@ -34,6 +34,9 @@ class Settings(ServiceSettings):
     rollup_lag_s: float = Field(300, ge=0)
     retention_interval_s: float = Field(60, gt=0)
     api_max_page: int = Field(1000, ge=1)
+    # the dashboard: the recommender whose recommendations it shows, and how often the page reloads
+    recommender_url: str = ""
+    dashboard_refresh_s: float = Field(15.0, ge=2, le=3600)
 
     def retention(self) -> RetentionPolicy:
         return RetentionPolicy(
