@@ -12,12 +12,13 @@ def create_router(controller: SLOController) -> APIRouter:
 
     @router.get("/config")
     async def config():
-        """The colocation strategy in force and the ConfigMap keys rejected (their last good config stays)."""
+        """The colocation strategy in force, the ConfigMap keys rejected (their last good config stays)
+        and the warnings of the configuration in force (settings not supported, pools falling back)."""
         cfg = controller.config.current.colocation
         return {
             "cluster": cfg.cluster.to_dict(),
             "nodeConfigs": [{"name": nc.name, "strategy": nc.strategy.to_dict()} for nc in cfg.node_configs],
-            "warnings": list(cfg.warnings),
+            "warnings": list(controller.config.warnings),
             "errors": dict(controller.config.errors),
         }
 

@@ -16,12 +16,10 @@ from typing import Any
 
 from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 
+from .configkeys import KEY_COLOCATION, KEY_RESOURCE_THRESHOLD
+
 CONFIGMAP_NAME = "slo-controller-config"
 CONFIGMAP_NAMESPACE = "koordinator-system"
-KEY_COLOCATION = "colocation-config"
-KEY_RESOURCE_THRESHOLD = "resource-threshold-config"
-KEY_RESOURCE_QOS = "resource-qos-config"
-KEY_CPU_BURST = "cpu-burst-config"
 
 # Koordinator's shipped config/manager/slo-controller-config.yaml: colocation on, the rest default.
 SHIPPED_CONFIG_DATA: dict[str, str] = {
@@ -129,8 +127,9 @@ def _type_ok(kind: str, v: Any) -> bool:
 def strategy_overlay(doc: Any, where: str) -> dict[str, Any]:
     """The ColocationStrategy fields a JSON object sets (nulls dropped, ints normalised).
 
-    Unknown fields are ignored as Go's encoding/json does; a wrong type is a ConfigError,
-    as an unmarshal failure is in Koordinator.
+    A wrong type is a ConfigError, as an unmarshal failure is in Koordinator. Fields it does
+    not have are left here: the ConfigMap refuses them first (`configkeys.check_fields`), and
+    the node annotation's are ignored, as Koordinator ignores them.
     """
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: must be a JSON object, got {type(doc).__name__}")
