@@ -111,6 +111,7 @@ async def test_the_driver_submits_finishes_and_resubmits_what_was_evicted():
     await cluster.bind_pod(first.namespace, first.name, "sim-node-000", first.uid)
     await cluster.bind_pod(second.namespace, second.name, "sim-node-001", second.uid)
     clock["ms"] += 1000
+    driver.sync_started(clock["ms"])
     await driver.step(clock["ms"])
     running = driver.uids_running()
     assert running[first.uid] == first.key and running[second.uid] == second.key

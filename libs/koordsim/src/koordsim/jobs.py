@@ -44,23 +44,23 @@ class BatchDriver:
         self.spec = spec.resolved(wall_ms=spec.start_ms or 0)
         self.last_ms = self.spec.start_ms or 0
         self._lives: dict[str, PodLife] = {}  # pod key in the cluster -> its life
+        self._waiting: set[str] = set()  # keys of the lives not bound yet
         self._done: list[PodLife] = []
         self._templates: dict[str, object] = {}  # pod key -> the PodRecord submitted
 
     # ------------------------------------------------------------------ one step
 
     async def step(self, now_ms: int) -> None:
-        """Finish, resubmit and submit everything due at `now_ms`."""
+        """Finish, resubmit and submit everything due at `now_ms`. Only the pods bound to a node
+        are looked at (a long queue of pending pods costs nothing until they start)."""
         pods = self.cluster.state.pods
-        for key, life in list(self._lives.items()):
+        for key in [k for k in self._lives if k not in self._waiting]:
+            life = self._lives[key]
             pod = pods.get(key)
             if pod is None:  # gone without us finishing it: evicted
                 self._end(key, EVICTED, now_ms)
                 await self._resubmit(key, life, now_ms)
-                continue
-            if pod.node_name and life.started_ms is None:
-                life.started_ms, life.outcome = pod.start_ms or now_ms, RUNNING
-            if batch.finished(pod, now_ms):
+            elif batch.finished(pod, now_ms):
                 self._end(key, COMPLETED, now_ms)
                 with contextlib.suppress(MutationError):
                     await self.cluster.set_pod_phase(pod.namespace, pod.name, "Succeeded")
@@ -68,6 +68,19 @@ class BatchDriver:
         for pod in batch.batch_arrivals(self.spec, self.last_ms, now_ms):
             await self._submit(pod, arrival_ms=pod.created_ms or now_ms, now_ms=now_ms)
         self.last_ms = now_ms
+
+    def started(self, key: str, start_ms: int) -> None:
+        """A waiting pod was bound (the scheduler says so, or `sync_started` finds it)."""
+        life = self._lives.get(key)
+        if life is not None and key in self._waiting:
+            self._waiting.discard(key)
+            life.started_ms, life.outcome = start_ms, RUNNING
+
+    def sync_started(self, now_ms: int) -> None:
+        """Mark the waiting pods the cluster shows bound."""
+        pods = self.cluster.state.pods
+        for key in [k for k in self._waiting if (p := pods.get(k)) is not None and p.node_name]:
+            self.started(key, pods[key].start_ms or now_ms)
 
     async def _submit(self, pod, arrival_ms: int, now_ms: int, life_key: str | None = None) -> None:
         if pod.key in self.cluster.state.pods:
@@ -78,6 +91,7 @@ class BatchDriver:
             return
         request = created.batch_requests().cpu_milli
         self._lives[created.key] = PodLife(life_key or created.key, arrival_ms, now_ms, request)
+        self._waiting.add(created.key)
         self._templates[created.key] = pod
 
     async def _resubmit(self, key: str, life: PodLife, now_ms: int) -> None:
@@ -93,6 +107,7 @@ class BatchDriver:
 
     def _end(self, key: str, outcome: str, now_ms: int) -> None:
         life = self._lives.pop(key)
+        self._waiting.discard(key)
         life.outcome, life.ended_ms = outcome, now_ms
         self._done.append(life)
         if outcome == COMPLETED:
@@ -103,7 +118,7 @@ class BatchDriver:
     def uids_running(self) -> dict[str, str]:
         """uid -> pod key, for the batch pods bound to a node now."""
         pods = self.cluster.state.pods
-        return {p.uid: key for key in self._lives if (p := pods.get(key)) is not None and p.node_name}
+        return {p.uid: key for key in self._lives if key not in self._waiting and (p := pods.get(key)) is not None}
 
     def ran(self, key: str, cpu_ms: float) -> None:
         life = self._lives.get(key)

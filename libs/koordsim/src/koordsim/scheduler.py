@@ -245,25 +245,29 @@ class ExtenderScheduler:
         return await self._cycle(pod, nodes, requested, nonzero)
 
     async def schedule_pending(self, namespace: str | None = None) -> list[ScheduleResult]:
-        """Every pending pod of this scheduler, in queue order (priority desc, then creation)."""
-        pods = [
-            p
-            for p in await self.cluster.list_pods(namespace=namespace)
-            if not p.node_name and p.phase == "Pending" and p.deletion_ms is None and p.scheduler_name == self.scheduler_name
-        ]
-        pods.sort(key=lambda p: (-(p.priority or 0), p.created_ms, p.key))
+        """Every pending pod of this scheduler, in queue order (priority desc, then creation): the
+        result of each pod tried (with `skip_dominated`, the pods passed over have none)."""
+        asks: dict[tuple[str, str], _Asks] = {}
+        queue: list[tuple[_Asks, PodRecord]] = []
+        for p in await self.cluster.list_pods(namespace=namespace):
+            if not p.node_name and p.phase == "Pending" and p.deletion_ms is None and p.scheduler_name == self.scheduler_name:
+                key = (p.uid, p.resource_version)
+                a = asks[key] = self._asks.get(key) or _Asks.of(p)
+                queue.append((a, p))
+        self._asks = asks  # what a pending pod asks is derived once while it waits
+        queue.sort(key=lambda item: item[0].order)
         nodes, requested, nonzero = await self._snapshot()
         results = []
         failed: list[_Asks] = []
-        asks: dict[tuple[str, str], _Asks] = {}
-        for pod in pods:
+        verdicts: dict[tuple, tuple[int, _Asks | None]] = {}  # signature -> (failures checked, blocker)
+        for mine, pod in queue:
             if self.skip_dominated:
-                mine = asks[(pod.uid, pod.resource_version)] = self._asks.get((pod.uid, pod.resource_version)) or _Asks.of(pod)
-                blocker = next((f for f in failed if mine.dominates(f)), None)
+                checked, blocker = verdicts.get(mine.signature, (0, None))
+                if blocker is None:
+                    blocker = next((f for f in failed[checked:] if mine.dominates(f)), None)
+                    verdicts[mine.signature] = (len(failed), blocker)
                 if blocker is not None:
-                    results.append(ScheduleResult(pod.namespace, pod.name, message=f"not tried: {blocker.key} asking no "
-                                                  "more was unschedulable in this pass"))
-                    continue
+                    continue  # not tried: a pod asking no more was unschedulable in this pass
             res = await self._cycle(pod, nodes, requested, nonzero)
             if self.skip_dominated and res.node is None and not res.error:
                 failed.append(mine)
@@ -273,7 +277,6 @@ class ExtenderScheduler:
                 nonzero[res.node][0] += c
                 nonzero[res.node][1] += m
             results.append(res)
-        self._asks = asks  # what a pending pod asks is derived once while it waits
         return results
 
     def _in_tree_filter(
@@ -344,16 +347,24 @@ class ExtenderScheduler:
 
 @dataclass(frozen=True)
 class _Asks:
-    """What a pod asks, for comparing it with pods found unschedulable (skip_dominated)."""
+    """What a pending pod asks and where it stands in the queue (priority desc, then creation)."""
 
     key: str
+    order: tuple[int, int, str]
     cls: str
     requests: tuple[tuple[str, int], ...]
     limits: tuple[tuple[str, int], ...]
 
     @classmethod
     def of(cls, pod: PodRecord) -> _Asks:
-        return cls(pod.key, pod.priority_class.value, tuple(pod.requests().items()), tuple(pod.limits().items()))
+        order = (-(pod.priority or 0), pod.created_ms, pod.key)
+        return cls(pod.key, order, pod.priority_class.value, tuple(sorted(pod.requests().items())),
+                   tuple(sorted(pod.limits().items())))
+
+    @property
+    def signature(self) -> tuple:
+        """Pods with the same signature ask the same: one's verdict is the other's."""
+        return (self.cls, self.requests, self.limits)
 
     def dominates(self, other: _Asks) -> bool:
         """Of the same class and asking at least as much as `other`, every request and limit."""
