@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PACKAGES := libs/koordcommon libs/koordsim libs/koordctl $(wildcard services/*)
+PACKAGES := libs/koordcommon libs/koordsim libs/koordctl libs/koordwhatif $(wildcard services/*)
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 
 .PHONY: dev demo test bench lint clean

@@ -1,0 +1,279 @@
+"""The fast replay: the services' own code, in one process, on one simulated clock, no sleeps.
+
+Each service is the class its process runs, built without a bus, fed what the bus would carry:
+
+* the cluster is the simulated cluster (koordsim, local mode) on a clock the replay moves;
+* the node agent is its sim mode (`SimAgent`, one agent for every node) with its QoS manager:
+  each tick it measures what the pods ask for, runs CPU suppress, BE CPU eviction and memory
+  eviction on simulated cgroups, records what ran and reports a NodeMetric;
+* the slo-controller (`SLOController`) gets each NodeMetric, computes batch/mid allocatable
+  and writes node status by its diff and update-time rules; its ConfigMap builds every node's
+  NodeSLO;
+* kube-scheduler is koordsim's (`ExtenderScheduler`), reaching the scheduler-extender's own verb
+  handlers in-process (the same request and reply bytes as over HTTP), whose state is fed by the
+  cluster watch, the NodeMetrics and the NodeResources as the service's feeds do;
+* the descheduler (`Descheduler`) runs a LowNodeLoad round every `descheduler_interval_s`;
+* the batch work is koordsim's batch driver: Alibaba 2017 tasks arriving, finishing after
+  their traced duration, and resubmitted when evicted.
+
+One tick is the NodeMetric interval (60 s by default): agent round, metrics to the controller,
+the extender and the descheduler, scheduling, descheduling; between steps the replay waits for
+the cluster's watchers (`SimCluster.settle`), so every service has seen each change before the
+next step. `real.py` runs the same as processes over NATS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from koordcommon import resources as rn
+from koordcommon.records import NodeRecord
+from koordcommon.schemas import NodeMetric, NodeResource, NodeSLO
+from koordsim import jobs
+from koordsim.cluster import SimCluster
+from koordsim.scheduler import ExtenderScheduler
+from koordsim.spec import SimClock, SimSpec
+
+from .config import ConfigError, WhatIfConfig
+from .ledger import Ledger
+
+Progress = Callable[[int, int], None]  # (ticks done, ticks in all)
+
+
+class ManualClock:
+    """Simulated epoch ms that only the replay moves (the SimClock's wall reads it)."""
+
+    def __init__(self, start_ms: int) -> None:
+        self.ms = int(start_ms)
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def now_s(self) -> float:
+        return self.ms / 1000
+
+    def sim_clock(self) -> SimClock:
+        return SimClock(self.ms, 1.0, self.ms, wall=self.now_s)
+
+
+async def _no_wait(_s: float) -> None:
+    """The descheduler's rate-limit wait in a replay: its evictions in one round spread over
+    well under a second of simulated time, far below one tick, so they are not delayed."""
+
+
+@dataclass
+class RunResult:
+    config: WhatIfConfig
+    ledger: Ledger
+    wall_s: float
+    assumptions: list[str]
+
+    def summary(self) -> dict:
+        return self.ledger.summary(baseline=not self.config.colocation)
+
+
+class Replay:
+    def __init__(self, spec: SimSpec, cfg: WhatIfConfig, duration_s: int, tick_s: int = 60,
+                 progress: Progress | None = None) -> None:
+        if tick_s < 1 or duration_s < tick_s:
+            raise ConfigError(f"duration {duration_s} s and tick {tick_s} s: at least one tick of at least 1 s")
+        self.spec = spec.resolved(wall_ms=spec.start_ms or 0)
+        self.cfg = cfg
+        self.tick_s = tick_s
+        self.ticks = duration_s // tick_s
+        self.progress = progress
+        self.clock = ManualClock(self.spec.start_ms or 0)
+
+    # ------------------------------------------------------------------ wiring
+
+    async def _build(self) -> None:
+        from descheduler.loop import Descheduler
+        from node_agent.qos.executor import TokenBucket
+        from node_agent.qos.manager import QoSManager
+        from node_agent.settings import AgentSettings
+        from node_agent.sim_mode import SimAgent
+        from scheduler_extender import api, feeds
+        from scheduler_extender.core.state import ClusterState
+        from slo_controller.controller import SLOController
+        from slo_controller.core.configmap import ConfigState
+
+        clock = self.clock
+        self.cluster = SimCluster(self.spec, clock=clock.sim_clock())
+        await self.cluster.start()
+        tick = float(self.tick_s)
+        settings = AgentSettings(
+            mode="sim", collect_interval_s=tick, report_interval_s=tick, nodemetric_interval_s=60.0,
+            qos_enabled=True, qos_dry_run=False, evict_rate_per_s=1.0,
+        )  # fmt: skip
+        self.agent = SimAgent(self.cluster, settings, publish=self._ignore)
+        self.qos = QoSManager(
+            self.agent, None, settings, self.cluster, simulated=True,
+            limiter_of=lambda node: TokenBucket(settings.evict_rate_per_s, burst=1, clock=clock.now_s),
+        )  # fmt: skip
+        self.agent.on_round.insert(0, self._remember_asked)
+        self.agent.on_round.append(self.qos.on_round)
+        self.qos.on_events.append(self._count_qos_events)
+
+        self.slo = SLOController(self.cluster, None, ConfigState(), clock=clock.now_ms, resync_s=0,
+                                 publish_nodeslo=False)
+        result = await self.slo.apply_config(self.cfg.slo_configmap())
+        if result.errors:
+            raise ConfigError(f"{self.cfg.name}: slo-controller-config rejected: {result.errors}")
+        await self.slo.start()
+        builder = self.slo.config.current.nodeslo_builder()
+        self.nodes: list[NodeRecord] = sorted(await self.cluster.list_nodes(), key=lambda n: n.name)
+        self.suppress_pct = np.full(len(self.nodes), math.nan)
+        for i, n in enumerate(self.nodes):
+            spec = builder.spec_for(n.labels)
+            self.qos.set_slo(NodeSLO(node=n.name, spec=spec))
+            t = spec.resourceUsedThresholdWithBE
+            if t.enable:
+                self.suppress_pct[i] = t.cpuSuppressThresholdPercent
+
+        ext = self.cfg.extender_settings()
+        self.extender = ClusterState(ext.extender_config(), clock=clock.now_ms)
+        self._feeds = asyncio.create_task(feeds.follow_cluster(self.cluster, self.extender, feeds.FeedStatus()))
+        front = api.create_app(self.extender, ext.url_prefix)
+        prefix = ext.url_prefix.rstrip("/")
+
+        async def transport(verb: str, body: bytes) -> tuple[int, bytes]:
+            return front.routes[f"{prefix}/{verb}"](body)
+
+        self.scheduler = ExtenderScheduler(self.cluster, "", transport=transport, skip_dominated=True)
+        args = self.cfg.descheduler_args()
+        self.descheduler = None
+        if args is not None:
+            self.descheduler = Descheduler(args, self.cluster, None, clock=clock.now_s, rate_clock=clock.now_s,
+                                           sleep=_no_wait)
+        self.jobs = jobs.BatchDriver(self.cluster, self.spec) if self.cfg.colocation else None
+        self.batch_cpu_name, self.batch_mem_name = rn.batch_cpu(), rn.batch_memory()
+        self._asked: dict[str, dict[str, float]] = {}
+        await self.cluster.settle()
+        self.ledger = Ledger(
+            nodes=[n.name for n in self.nodes], tick_s=self.tick_s, start_ms=clock.ms,
+            capacity_cpu=np.array([n.capacity.get("cpu", 0) for n in self.nodes], dtype=np.float64),
+            capacity_mem=np.array([n.capacity.get("memory", 0) for n in self.nodes], dtype=np.float64),
+        )  # fmt: skip
+
+    async def _close(self) -> None:
+        self._feeds.cancel()
+        await asyncio.gather(self._feeds, return_exceptions=True)
+        await self.slo.close()
+        await self.scheduler.aclose()
+        await self.cluster.close()
+
+    @staticmethod
+    async def _ignore(_items) -> None:
+        """The agent's samples would go to the collector; a replay reads the NodeMetrics only."""
+
+    async def _remember_asked(self, t_ms: int, rounds) -> None:
+        """Before QoS acts: what each pod asked for this round (suppress then grants less)."""
+        self._asked = {node: {uid: cpu for uid, (cpu, _) in r.pods.items()} for node, r in rounds.items()}
+
+    def _count_qos_events(self, t_ms: int, events) -> None:
+        for _, e in events:
+            if e.kind == "evict" and (e.details or {}).get("outcome") == "evicted":
+                self.ledger.evictions[f"qos:{(e.details or {}).get('strategy', '?')}"] += 1
+
+    # ------------------------------------------------------------------ one tick
+
+    async def _tick(self, t_ms: int) -> None:
+        self.clock.ms = t_ms
+        cluster = self.cluster
+        if self.jobs is not None:
+            await self.jobs.step(t_ms)
+            await cluster.settle()
+        await self.agent.refresh()
+        messages = await self.agent.step(t_ms)
+        await cluster.settle()
+        for _, msg in messages:
+            if isinstance(msg, NodeMetric):
+                await self._node_metric(msg, t_ms)
+        await cluster.settle()
+        if self.jobs is not None:
+            for res in await self.scheduler.schedule_pending():
+                if res.node is not None:
+                    self.jobs.started(f"{res.namespace}/{res.name}", t_ms)
+            await cluster.settle()
+        if self.descheduler is not None and t_ms % int(self.cfg.descheduler_interval_s * 1000) < self.tick_s * 1000:
+            report = await self.descheduler.run_round(t_ms)
+            self.ledger.evictions["descheduler"] += sum(1 for v in report.outcomes.values() if v == "evicted")
+            await cluster.settle()
+        self._observe(t_ms)
+
+    async def _node_metric(self, msg: NodeMetric, t_ms: int) -> None:
+        plan = await self.slo.handle_metric(msg)
+        if plan is not None and plan.write:  # the controller publishes NodeResource when it writes
+            self.extender.apply_node_resource(
+                NodeResource(node=plan.node, ts=t_ms, batch=plan.batch, mid=plan.mid, degraded=plan.degraded,
+                             written=True, metric_ts=msg.ts)
+            )
+        self.extender.apply_metric(msg)
+        if self.descheduler is not None:
+            self.descheduler.metrics[msg.node] = msg
+
+    def _observe(self, t_ms: int) -> None:
+        n = len(self.nodes)
+        v = {s: np.zeros(n) for s in Ledger.SERIES}
+        v["suppress_pct"] = self.suppress_pct
+        batch_uids = self.jobs.uids_running() if self.jobs is not None else {}
+        rounds = self.agent.last_rounds
+        state_nodes = self.cluster.state.nodes
+        for i, node in enumerate(self.nodes):
+            status = state_nodes[node.name].allocatable
+            v["batch_alloc_cpu"][i] = status.get(self.batch_cpu_name, 0)
+            v["batch_alloc_mem"][i] = status.get(self.batch_mem_name, 0)
+            r = rounds.get(node.name)
+            if r is None:
+                continue
+            asked = self._asked.get(node.name, {})
+            for uid, (cpu, mem) in r.pods.items():
+                if math.isnan(cpu):
+                    continue
+                key = batch_uids.get(uid)
+                if key is None:
+                    v["online_cpu"][i] += cpu
+                    v["online_mem"][i] += mem
+                else:
+                    v["batch_cpu"][i] += cpu
+                    v["batch_mem"][i] += mem
+                    v["batch_cpu_asked"][i] += asked.get(uid, cpu)
+                    self.jobs.ran(key, cpu * self.tick_s * 1000)
+            # what the node ran besides its pods (system) counts with the online load
+            system = r.node[0] - sum(c for c, _ in r.pods.values() if not math.isnan(c))
+            v["online_cpu"][i] += max(system, 0.0)
+        self.ledger.observe(t_ms, v)
+
+    # ------------------------------------------------------------------ the run
+
+    async def run(self) -> RunResult:
+        started = time.perf_counter()
+        await self._build()
+        try:
+            t0 = self.clock.ms
+            for k in range(1, self.ticks + 1):
+                await self._tick(t0 + k * self.tick_s * 1000)
+                if self.progress is not None:
+                    self.progress(k, self.ticks)
+            if self.jobs is not None:
+                self.ledger.pods = self.jobs.lives(self.clock.ms)
+        finally:
+            await self._close()
+        assumptions = list(getattr(self.cluster.state, "assumptions", []) or [])
+        if self.jobs is not None:
+            assumptions += self.jobs.assumptions()
+        return RunResult(self.cfg, self.ledger, time.perf_counter() - started, assumptions)
+
+
+def replay(spec: SimSpec, cfg: WhatIfConfig, duration_s: int, tick_s: int = 60,
+           progress: Progress | None = None) -> RunResult:
+    """Run one configuration to the end (a fresh event loop)."""
+    return asyncio.run(Replay(spec, cfg, duration_s, tick_s, progress).run())
+
+
+__all__ = ["ManualClock", "Replay", "RunResult", "replay"]

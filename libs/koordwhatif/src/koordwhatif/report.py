@@ -1,0 +1,215 @@
+"""The what-if report: one table, a recommendation, the assumptions, JSON and two plots.
+
+The recommendation is the configuration that reclaims the most batch CPU (mean allocatable)
+among those whose online risk (node-minutes over the CPU suppress threshold, and over capacity)
+is no worse than the baseline's; a tie goes to fewer evictions. When none qualifies, the report
+says so and names the one with the least risk.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .runner import ConfigRun
+
+COLUMNS = (
+    ("config", "config"),
+    ("reclaimed CPU % mean / p10 / p50", "reclaimed_cpu"),
+    ("reclaimed mem % mean", "reclaimed_mem"),
+    ("batch CPU used %", "batch_used"),
+    ("batch CPU-h done", "done"),
+    ("queue delay p50 / p95", "delay"),
+    ("over threshold node-min", "over_thr"),
+    ("over capacity node-min (cpu / mem)", "over_cap"),
+    ("BE CPU-s suppressed", "suppressed"),
+    ("evictions (qos / desched)", "evictions"),
+    ("loops", "loops"),
+    ("CPU util % mean / p95 / std", "util"),
+)
+
+
+def _num(x: float, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _duration(s: float) -> str:
+    if s is None or math.isnan(s):
+        return "-"
+    return f"{s:.0f} s" if s < 120 else (f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h")
+
+
+def row(run: ConfigRun) -> dict[str, str]:
+    s = run.summary
+    ev = s["evictions"]
+    qos = sum(v for k, v in ev.items() if k.startswith("qos:"))
+    if s["baseline"]:
+        batch = dict.fromkeys(("reclaimed_cpu", "reclaimed_mem", "batch_used", "done", "delay", "suppressed",
+                               "evictions", "loops"), "-")  # fmt: skip
+    else:
+        rc, rm = s["reclaimed_cpu_pct"], s["reclaimed_memory_pct"]
+        batch = {
+            "reclaimed_cpu": f"{_num(rc['mean'])} / {_num(rc['p10'])} / {_num(rc['p50'])}",
+            "reclaimed_mem": _num(rm["mean"]),
+            "batch_used": _num(s["batch_cpu_used_pct"]),
+            "done": _num(s["batch_cpu_hours_completed"], 0),
+            "delay": f"{_duration(s['queueing_delay_s']['p50'])} / {_duration(s['queueing_delay_s']['p95'])}",
+            "suppressed": _num(s["be_cpu_seconds_suppressed"], 0),
+            "evictions": f"{qos} / {ev.get('descheduler', 0)}",
+            "loops": str(run.loops),
+        }
+    risk = s["online_risk"]
+    util = s["utilisation_cpu_pct"]
+    return {
+        "config": run.name,
+        **batch,
+        "over_thr": _num(risk["node_minutes_over_suppress_threshold"], 0),
+        "over_cap": f"{_num(risk['node_minutes_over_cpu_capacity'], 0)} / {_num(risk['node_minutes_over_memory_capacity'], 0)}",
+        "util": f"{_num(util['mean'])} / {_num(util['p95'])} / {_num(util['stddev_across_nodes'])}",
+    }
+
+
+def markdown_table(runs: Sequence[ConfigRun]) -> str:
+    head = "| " + " | ".join(h for h, _ in COLUMNS) + " |"
+    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    lines = [head, sep]
+    for r in runs:
+        cells = row(r)
+        lines.append("| " + " | ".join(cells[k] for _, k in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def _risk(run: ConfigRun) -> tuple[float, float, float]:
+    r = run.summary["online_risk"]
+    return (r["node_minutes_over_suppress_threshold"], r["node_minutes_over_cpu_capacity"],
+            r["node_minutes_over_memory_capacity"])
+
+
+def recommend(runs: Sequence[ConfigRun]) -> tuple[ConfigRun | None, str]:
+    """(the recommended configuration, why), by the rule in the module doc."""
+    base = next((r for r in runs if r.summary["baseline"]), None)
+    candidates = [r for r in runs if not r.summary["baseline"]]
+    if not candidates:
+        return None, "no configuration was replayed"
+    if base is None:
+        best = max(candidates, key=lambda r: r.summary["reclaimed_cpu_pct"]["mean"])
+        return best, "no baseline to compare risk with: the one that reclaims the most CPU"
+    limit = _risk(base)
+
+    def evictions(r: ConfigRun) -> int:
+        return sum(r.summary["evictions"].values())
+
+    safe = [r for r in candidates if all(a <= b for a, b in zip(_risk(r), limit))]
+    if safe:
+        best = max(safe, key=lambda r: (r.summary["reclaimed_cpu_pct"]["mean"], -evictions(r)))
+        rc = best.summary["reclaimed_cpu_pct"]["mean"]
+        return best, (
+            f"it reclaims the most CPU ({rc:.1f} % of node capacity on average as batch allocatable) among the "
+            f"{len(safe)} of {len(candidates)} configurations whose online risk is no worse than without "
+            f"colocation ({limit[0]:.0f} node-minutes over the suppress threshold, {limit[1]:.0f} / {limit[2]:.0f} "
+            "over CPU / memory capacity)"
+        )
+    best = min(candidates, key=lambda r: (_risk(r), -r.summary["reclaimed_cpu_pct"]["mean"]))
+    return best, (
+        "no configuration keeps the online risk at the baseline's; this one has the least "
+        f"({_risk(best)[0]:.0f} node-minutes over the suppress threshold against {limit[0]:.0f} without colocation)"
+    )
+
+
+def report_doc(runs: Sequence[ConfigRun], scenario: dict[str, Any]) -> dict[str, Any]:
+    best, why = recommend(runs)
+    return {
+        "scenario": scenario,
+        "assumptions": runs[-1].assumptions if runs else [],
+        "runs": [
+            {"config": r.config, "summary": r.summary, "hourly": r.hourly, "wall_s": r.wall_s, "loops": r.loops}
+            for r in runs
+        ],
+        "recommended": best.name if best else None,
+        "why": why,
+    }
+
+
+def write(runs: Sequence[ConfigRun], scenario: dict[str, Any], out: Path) -> dict[str, Path]:
+    """report.json, report.md and the two PNGs into `out`; the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc = report_doc(runs, scenario)
+    paths = {"json": out / "report.json", "markdown": out / "report.md"}
+    paths["json"].write_text(json.dumps(doc, indent=1, allow_nan=False, default=_nan_free))
+    paths["markdown"].write_text(markdown(doc, runs))
+    paths.update(plots(runs, doc, out))
+    return paths
+
+
+def _nan_free(x: Any) -> Any:
+    return None
+
+
+def markdown(doc: dict[str, Any], runs: Sequence[ConfigRun]) -> str:
+    lines = [f"# What-if replay: {doc['scenario'].get('title', '')}", ""]
+    lines += [markdown_table(runs), ""]
+    if doc["recommended"]:
+        lines += [f"**Recommended: {doc['recommended']}**: {doc['why']}.", ""]
+    lines += ["Assumptions:", ""] + [f"- {a}" for a in doc["assumptions"]] + [""]
+    return "\n".join(lines)
+
+
+def plots(runs: Sequence[ConfigRun], doc: dict[str, Any], out: Path) -> dict[str, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    paths: dict[str, Path] = {}
+    base = next((r for r in runs if r.summary["baseline"]), None)
+    others = [r for r in runs if not r.summary["baseline"]]
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for r in others:
+        x = r.summary["online_risk"]["node_minutes_over_suppress_threshold"]
+        y = r.summary["reclaimed_cpu_pct"]["mean"]
+        star = r.name == doc["recommended"]
+        ax.scatter([x], [y], s=80 if star else 40, marker="*" if star else "o", zorder=3)
+        ax.annotate(r.name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    if base is not None:
+        ax.axvline(base.summary["online_risk"]["node_minutes_over_suppress_threshold"], color="grey", ls="--",
+                   label="online alone (no colocation)")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("online risk: node-minutes over the CPU suppress threshold")
+    ax.set_ylabel("reclaimed: batch CPU allocatable, % of node CPU (mean)")
+    ax.set_title("Reclaimed capacity against risk, per configuration")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths["tradeoff_png"] = out / "reclaimed-vs-risk.png"
+    fig.savefig(paths["tradeoff_png"], dpi=120)
+    plt.close(fig)
+
+    shown = next((r for r in others if r.name == doc["recommended"]), others[0] if others else base)
+    if shown is not None and shown.hourly["hours"]:
+        h = shown.hourly
+        hours = np.arange(len(h["hours"]))
+        cap = float(np.sum(h["capacity_cpu"])) / 1000
+        online = np.array(h["online_cpu"]).sum(axis=1) / 1000
+        batch_used = np.array(h["batch_cpu"]).sum(axis=1) / 1000
+        offered = np.array(h["batch_alloc_cpu"]).sum(axis=1) / 1000
+        fig, ax = plt.subplots(figsize=(11, 5))
+        ax.fill_between(hours, 0, online, color="#4c72b0", alpha=0.85, label="online used")
+        ax.fill_between(hours, online, online + batch_used, color="#dd8452", alpha=0.85, label="batch used")
+        ax.plot(hours, online + offered, color="#55a868", lw=1.2, label="online used + batch offered")
+        ax.axhline(cap, color="black", lw=1, label="capacity")
+        ax.set_xlabel("hour of the replay")
+        ax.set_ylabel("cores (all nodes)")
+        ax.set_ylim(0, cap * 1.05)
+        ax.set_title(f"Per hour, {shown.name}")
+        ax.legend(loc="upper right", fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        paths["hourly_png"] = out / "hourly-bands.png"
+        fig.savefig(paths["hourly_png"], dpi=120)
+        plt.close(fig)
+    return paths

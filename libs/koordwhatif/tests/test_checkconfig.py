@@ -1,0 +1,53 @@
+"""Settings that fight each other: each conflict found with its reason and fix; a clean config has none."""
+
+import pytest
+from koordwhatif.checkconfig import ERROR, WARNING, check
+from koordwhatif.config import WhatIfConfig, with_knob
+
+MEMORY_DEFAULTS = "usage_thresholds.memory=95"  # Koordinator's defaults: load-aware 95, LowNodeLoad high 80
+
+
+def findings(**knobs):
+    cfg = WhatIfConfig()
+    for knob, value in knobs.items():
+        cfg = with_knob(cfg, knob.replace("__", "."), value)
+    return [f for f in check(cfg) if not any(MEMORY_DEFAULTS in s for s in f.settings)]
+
+
+def test_koordinators_defaults_have_one_memory_warning_and_no_error():
+    [f] = check(WhatIfConfig())
+    assert f.level == WARNING
+    assert f.settings == ("scheduler-extender usage_thresholds.memory=95", "descheduler __default_node_pool__ highThresholds.memory=80")
+    assert check(with_knob(WhatIfConfig(), "extender.usage_thresholds.memory", 75)) == []
+
+
+@pytest.mark.parametrize(
+    "knobs, level, names, fix",
+    [
+        ({"extender__usage_thresholds__cpu": 75}, ERROR,
+         ("usage_thresholds.cpu=75", "cpuSuppressThresholdPercent=65"), "at or below 65"),
+        ({"cpuReclaimThresholdPercent": 70}, ERROR,
+         ("cpuReclaimThresholdPercent=70", "cpuSuppressThresholdPercent=65"), "at or below 65"),
+        ({"memoryReclaimThresholdPercent": 80}, ERROR,
+         ("memoryReclaimThresholdPercent=80", "memoryEvictThresholdPercent=70"), "at or below 70"),
+        ({"descheduler__nodePools__0__highThresholds__cpu": 60, "descheduler__nodePools__0__lowThresholds__cpu": 40},
+         ERROR, ("usage_thresholds.cpu=65", "highThresholds.cpu=60"), "below 60"),
+        ({"descheduler__nodePools__0__lowThresholds__cpu": 70}, WARNING,
+         ("lowThresholds.cpu=70", "cpuSuppressThresholdPercent=65"), "below 65"),
+        ({"threshold__enable": False}, WARNING,
+         ("colocation-config enable=true", "resource-threshold-config enable=false"), "enable the resource-threshold"),
+    ],
+)
+def test_each_conflict(knobs, level, names, fix):
+    [f] = findings(**knobs)
+    assert f.level == level
+    for name in names:
+        assert any(name in s for s in f.settings), (name, f.settings)
+    assert fix in f.fix
+    assert f.problem.endswith(".")
+
+
+def test_several_conflicts_are_all_reported():
+    found = findings(extender__usage_thresholds__cpu=80, cpuReclaimThresholdPercent=70)
+    assert len(found) == 3  # over suppress, over the descheduler's high 75, reclaim over suppress
+    assert {f.level for f in found} == {ERROR}

@@ -1,0 +1,88 @@
+"""Configurations, knobs and sweeps; the default ConfigMap is the repository's example."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from koordwhatif.config import (
+    DEFAULT_SLO_CONFIG,
+    ConfigError,
+    WhatIfConfig,
+    load_config,
+    parse_sweep,
+    sweep,
+    with_knob,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_default_is_the_example_configmap():
+    cm = yaml.safe_load((REPO / "deploy" / "config" / "slo-controller-config.yaml").read_text())
+    assert {k: json.loads(v) for k, v in cm["data"].items()} == DEFAULT_SLO_CONFIG
+
+
+@pytest.mark.parametrize(
+    "knob, value, where, expected",
+    [
+        ("cpuReclaimThresholdPercent", 50, ("slo", "colocation-config", "cpuReclaimThresholdPercent"), 50),
+        ("colocation.cpuCalculatePolicy", "maxUsageRequest", ("slo", "colocation-config", "cpuCalculatePolicy"),
+         "maxUsageRequest"),
+        ("cpuSuppressThresholdPercent", 55,
+         ("slo", "resource-threshold-config", "clusterStrategy", "cpuSuppressThresholdPercent"), 55),
+        ("extender.usage_thresholds.cpu", 75, ("extender", "usage_thresholds"), {"cpu": 75, "memory": 95}),
+        ("descheduler.nodePools.0.highThresholds.cpu", 80, ("descheduler", "nodePools", 0, "highThresholds"),
+         {"cpu": 80}),
+    ],
+)
+def test_knobs_land_where_the_service_reads_them(knob, value, where, expected):
+    cfg = with_knob(WhatIfConfig(), knob, value)
+    doc = cfg.__dict__[where[0]]
+    for key in where[1:]:
+        doc = doc[key]
+    assert doc == expected
+    cfg.extender_settings()
+    cfg.descheduler_args()
+
+
+def test_sweep_is_the_product_named_by_what_differs():
+    knobs = parse_sweep(["cpuReclaimThresholdPercent=50,60,70", "cpuCalculatePolicy=usage,maxUsageRequest",
+                         "extender.usage_thresholds.cpu=65,75"])
+    configs = sweep(WhatIfConfig(), knobs)
+    assert len(configs) == 12
+    assert configs[0].name == "cpuReclaimThresholdPercent=50 cpuCalculatePolicy=usage usage_thresholds.cpu=65"
+    assert configs[-1].slo["colocation-config"]["cpuReclaimThresholdPercent"] == 70
+    assert configs[-1].extender["usage_thresholds"]["cpu"] == 75
+    assert len({c.name for c in configs}) == 12
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [(["oops"], "write knob=value1,value2"), (["nosuch.knob=1"], "unknown knob"), (["=1"], "knob=value")],
+)
+def test_bad_sweeps_say_why(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        sweep(WhatIfConfig(), parse_sweep(spec))
+
+
+def test_a_value_the_service_refuses_is_refused():
+    with pytest.raises(ConfigError, match="threshold cpu=150 must be within 0..100"):
+        sweep(WhatIfConfig(), parse_sweep(["extender.usage_thresholds.cpu=150"]))
+
+
+def test_load_config_file(tmp_path):
+    p = tmp_path / "mine.yaml"
+    p.write_text(yaml.safe_dump({
+        "slo-controller-config": {"kind": "ConfigMap", "data": {
+            "colocation-config": json.dumps({"enable": True, "cpuReclaimThresholdPercent": 70})}},
+        "scheduler-extender": {"usage_thresholds": {"cpu": 70, "memory": 90}},
+        "descheduler": None,
+    }))
+    cfg = load_config(p)
+    assert cfg.name == "mine" and cfg.descheduler is None
+    assert cfg.slo == {"colocation-config": {"enable": True, "cpuReclaimThresholdPercent": 70}}
+    assert cfg.extender_settings().usage_thresholds == {"cpu": 70, "memory": 90}
+    p.write_text(yaml.safe_dump({"slo-controller-confg": {}}))
+    with pytest.raises(ConfigError, match="unknown key.*slo-controller-confg"):
+        load_config(p)
