@@ -78,7 +78,20 @@ def test_a_tasks_instances_packed_into_pods(pod_cpu, instances, cpu, expected):
     if pod_cpu:
         assert {p.controller.name for p in pods} == {"job-9741-task-63358-0"} and pods[0].controller.kind == "Job"
         mem = [p.requests()[rn.batch_memory()] for p in pods]
-        assert mem[0] == expected[0] // cpu * int(0.01 * 128 * GIB)
+        # 1 % of a 2017 machine: 64 cores at this node's 128 GiB / 32 cores = 2.56 GiB an instance
+        assert mem[0] == expected[0] // cpu * int(0.01 * 64 * 4 * GIB)
+
+
+@pytest.mark.parametrize("cores, gib, mem_norm, expected_bytes", [
+    (32, 128, 0.01, int(0.01 * 64 * 4 * GIB)),
+    (96, 384, 0.01, int(0.01 * 64 * 4 * GIB)),  # same GiB per core: same bytes on a bigger node
+    (96, 192, 0.01, int(0.01 * 64 * 2 * GIB)),
+    (32, 128, 0.00001, 64 << 20),  # floor
+    (32, 128, float("nan"), 64 << 20),  # no plan_mem
+])
+def test_an_instances_memory_is_its_share_of_a_2017_machine(cores, gib, mem_norm, expected_bytes):
+    spec = SimSpec(nodes=1, node_cpu_cores=cores, node_memory_gib=gib, start_ms=START, speed=0, trace_set="sample")
+    assert batch._memory(spec, mem_norm) == expected_bytes
 
 
 def test_batch_load_thins_the_stream_to_the_demand_asked():

@@ -1,7 +1,7 @@
 """Batch arrivals for the simulated cluster, from the Alibaba 2017 batch_task table.
 
 Each selected task becomes pending BE pods requesting `koordinator.sh/batch-cpu` (plan_cpu,
-100 = 1 core) and `batch-memory` (normalised memory x the node's memory), running for the task's
+100 = 1 core) and `batch-memory` (its share of a 2017 machine's memory, see `_memory`), running for the task's
 traced duration. By default a task is one pod asking one instance (the demo's light stream); with
 `batch_pod_cpu_milli` its instances are packed into pods of up to that much CPU (a Spark or Flink
 executor runs several task slots), each pod owned by the task's Job. The trace's day of
@@ -28,6 +28,7 @@ DURATION_ANNOTATION = "sim.koordinator.sh/duration-s"
 MIN_DURATION_S, MAX_DURATION_S = 60, 4 * 3600
 DEFAULT_CPU_MILLI = 500
 MIN_MEMORY = 64 << 20
+V2017_MACHINE_CORES = 64  # the 2017 trace's machines; plan_mem is a share of one machine's memory
 
 
 def _tasks(spec: SimSpec) -> tuple[np.ndarray, ...]:
@@ -122,10 +123,20 @@ def batch_arrivals(spec: SimSpec, from_ms: int, to_ms: int) -> list[PodRecord]:
     return out
 
 
+def _memory(spec: SimSpec, mem_norm: float) -> int:
+    """Bytes for an instance's plan_mem. plan_mem is a share of a 2017 machine's memory, which the
+    trace does not give: that machine (64 cores) is taken to hold as much memory per core as the
+    simulated node, so a task keeps the memory-to-CPU ratio it had in the trace on any node size."""
+    if math.isnan(mem_norm):
+        return MIN_MEMORY
+    per_core = spec.node_memory_gib * GIB / max(spec.node_cpu_cores, 1)
+    return max(int(mem_norm * V2017_MACHINE_CORES * per_core), MIN_MEMORY)
+
+
 def _task_pods(spec: SimSpec, loop: int, job: int, task: int, instances: int, cpu: int, mem_norm: float,
                duration_s: int, at_ms: int) -> list[PodRecord]:
     cpu = cpu if cpu > 0 else DEFAULT_CPU_MILLI
-    mem = MIN_MEMORY if math.isnan(mem_norm) else max(int(mem_norm * spec.node_memory_gib * GIB), MIN_MEMORY)
+    mem = _memory(spec, mem_norm)
     name = f"job-{job}-task-{task}-{loop}"
     if spec.batch_pod_cpu_milli <= 0:  # one pod asking one instance
         return [_pod(spec, name, cpu, mem, duration_s, at_ms, job)]
@@ -189,7 +200,9 @@ def assumptions(spec: SimSpec) -> list[str]:
         (f"a task's instances are packed into pods of up to {spec.batch_pod_cpu_milli}m, owned by the task's Job; "
          if packed else "a task is one pod asking one instance; ")
         + "an instance asks plan_cpu as batch-cpu (tasks without it: "
-        f"{DEFAULT_CPU_MILLI}m) and plan_mem x the node's memory as batch-memory (at least {MIN_MEMORY >> 20} MiB)",
+        f"{DEFAULT_CPU_MILLI}m) and plan_mem x a 2017 machine's memory as batch-memory (that machine's "
+        f"{V2017_MACHINE_CORES} cores at this node's {spec.node_memory_gib / max(spec.node_cpu_cores, 1):.3g} GiB "
+        f"per core; at least {MIN_MEMORY >> 20} MiB)",
         (f"batch usage: {spec.batch_utilisation:.0%} of the request, +/- 10 % noise per pod and minute (seeded), "
         "memory 55-65 % of the request"),
         "an evicted batch pod is submitted again and runs its whole duration anew",
