@@ -219,7 +219,6 @@ class AggregatedUsage(FastPayload, kw_only=True):
 
 class PodMetric(PodIdentity, kw_only=True):
     usage: Resources  # average over the aggregate window
-    aggregated: list[AggregatedUsage] = []
 
 
 class HostApplicationMetric(FastPayload, kw_only=True):

@@ -3,7 +3,7 @@
 `NodeHistory.record` takes one collection round; `sample()` builds the NodeMetricSample
 published every report interval (averages over that interval) and `node_metric()` the
 NodeMetric status published every 60 s (averages over the aggregate window plus
-avg/p50/p90/p95/p99 over 5/10/30 min, per node, per system and per pod).
+avg/p50/p90/p95/p99 over 5/10/30 min of the node and of the system; each pod's average).
 
 System usage is computed per round, as koordlet's system collector does:
 max(node - sum of the pods and host applications sampled that round, 0) per resource, then
@@ -224,26 +224,14 @@ class NodeHistory:
             agg_node.append(_aggregated(st, 0, d))
             agg_system.append(_aggregated(st, 1, d))
 
+        # a pod's average only: Koordinator's PodMetricInfo has no per-pod percentiles
         keys, cols = self._live_pod_columns()
         pod_avg = window_stats(*self.pod_ring.window(since, now_ms), cols, percentiles=False) if keys else None
-        pod_aggs = []
-        for d in durations_s:
-            if d > self.config.pod_history_s or not keys:
-                continue
-            t, v = self.pod_ring.window(now_ms - d * 1000, now_ms)
-            pod_aggs.append((d, window_stats(t, v, cols, duration_ms=d * 1000)))
         pods: list[PodMetric] = []
         for i, uid in enumerate(keys):
             if pod_avg is None or not pod_avg.ok[i]:
                 continue
-            info = self.pods[uid]
-            pods.append(
-                PodMetric(
-                    **_identity(uid, info),
-                    usage=to_resources(pod_avg.avg_rows[i]),
-                    aggregated=[_aggregated(st, i, d) for d, st in pod_aggs],
-                )
-            )
+            pods.append(PodMetric(**_identity(uid, self.pods[uid]), usage=to_resources(pod_avg.avg_rows[i])))
         pods.sort(key=lambda p: (p.namespace, p.name))
         reclaimable, peak = self.prod_prediction(now_ms)
         return NodeMetric(
