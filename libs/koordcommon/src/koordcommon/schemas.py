@@ -228,6 +228,18 @@ class HostApplicationMetric(FastPayload, kw_only=True):
     usage: Resources = Resources()
 
 
+class NUMAZone(FastPayload, kw_only=True):
+    """One NUMA node of the node (a NodeResourceTopology zone, `node-<id>`): what it holds.
+
+    capacity = its CPUs and MemTotal (/sys/devices/system/node/node<id>); allocatable is what
+    the node lets pods use of it, as koordlet reports the zone (the capacity unless told otherwise).
+    """
+
+    name: str
+    capacity: Resources = Resources()
+    allocatable: Resources = Resources()
+
+
 class NodeMetric(FastMessage, kw_only=True):
     """Koordinator's NodeMetric status: what the slo-controller, extender and descheduler read."""
 
@@ -245,6 +257,7 @@ class NodeMetric(FastMessage, kw_only=True):
     host_applications: list[HostApplicationMetric] = []
     prod_reclaimable: Resources | None = None
     prod_peak: Resources | None = None
+    numa_zones: list[NUMAZone] = []  # empty: the node reports no NUMA topology
 
     @property
     def update_time_ms(self) -> int:

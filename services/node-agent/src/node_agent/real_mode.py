@@ -16,6 +16,7 @@ from .collect.node import RealCollector
 from .collect.procfs import ProcReader, memory_total_bytes
 from .core.pods import PodInfo
 from .core.reporter import NodeRound, Reporter
+from .qos.topology import read_numa_zones
 from .settings import AgentSettings
 from .sim_mode import NODE_SAMPLES, NODES, ROUND_SECONDS, ROUNDS, Publish, history_config, report_config
 
@@ -29,7 +30,7 @@ def node_name(settings: AgentSettings) -> str:
 class RealAgent:
     MODE = "real"
 
-    def __init__(self, settings: AgentSettings, publish: Publish, cluster=None) -> None:
+    def __init__(self, settings: AgentSettings, publish: Publish, cluster=None, sys_root: str = "/sys") -> None:
         self.settings = settings
         self.publish = publish
         self.cluster = cluster
@@ -43,6 +44,7 @@ class RealAgent:
         self.node_record = None
         self.node_records = {}  # name -> NodeRecord, as the sim agent has them (QoS reads its node's)
         self.host_apps: list[tuple[str, str]] = []  # the NodeSLO host applications: (name, cgroup dir)
+        self.numa_zones = read_numa_zones(sys_root)  # the NUMA topology does not change while we run
         self.published = 0
         self.last_round_ms: int | None = None
         self.on_round = []
@@ -66,6 +68,7 @@ class RealAgent:
             cap = Resources(self.proc.cpu_count() * 1000, memory_total_bytes(self.proc.meminfo()))
             alloc = cap
         self.reporter.set_nodes({self.node: (cap, alloc)})
+        self.reporter.set_numa_zones(self.node, self.numa_zones)
         self.reporter.set_pods({self.node: self.pods})
         NODES.labels(self.MODE).set(1)
 

@@ -27,6 +27,7 @@ from koordcommon.schemas import (
     HostApplicationMetric,
     NodeMetric,
     NodeMetricSample,
+    NUMAZone,
     Owner,
     PodMetric,
     PodUsage,
@@ -90,6 +91,7 @@ class NodeHistory:
         self._oom_counts: dict[tuple[str, str], int] = {}
         self.host_apps: dict[str, tuple[PriorityClass, QoSClass]] = {}
         self.host_ring: SlotRing | None = None  # only on a node with host applications
+        self.numa_zones: list[NUMAZone] = []  # reported in the NodeMetric (the batch split per NUMA zone)
         self.last_oom_ms: dict[tuple[str, str], int] = {}  # the recommender bumps memory after one
 
     # -- inputs
@@ -244,6 +246,7 @@ class NodeHistory:
             host_applications=self._host_app_metrics(since, now_ms),
             prod_reclaimable=reclaimable,
             prod_peak=peak,
+            numa_zones=self.numa_zones,
         )
 
     def _host_app_metrics(self, since: int, until: int) -> list[HostApplicationMetric]:

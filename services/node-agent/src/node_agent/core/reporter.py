@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from koordcommon import subjects
 from koordcommon.model import PriorityClass, QoSClass
 from koordcommon.resources import Resources
-from koordcommon.schemas import Message
+from koordcommon.schemas import Message, NUMAZone
 
 from .messages import HistoryConfig, NodeHistory, Pair
 from .pods import PodInfo
@@ -64,6 +64,12 @@ class Reporter:
             if h is None:
                 h = self.nodes[name] = NodeHistory(name, self.history_config)
             h.set_node(cap, alloc)
+
+    def set_numa_zones(self, node: str, zones: list[NUMAZone]) -> None:
+        """The node's NUMA zones, reported in its NodeMetric."""
+        h = self.nodes.get(node)
+        if h is not None:
+            h.numa_zones = list(zones)
 
     def set_host_apps(self, node: str, apps: list[tuple[str, PriorityClass, QoSClass]]) -> None:
         """The NodeSLO host applications of a node: (name, priority class, QoS) each."""

@@ -3,10 +3,16 @@ core) and the kubelet CPU manager's checkpoint file."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from koordcommon.resources import Resources
+from koordcommon.schemas import NUMAZone
 
 from .model import Processor
 from .strategies.cpuset import parse_cpuset
+
+_MEM_TOTAL = re.compile(r"MemTotal:\s+(\d+)\s*kB")
 
 
 def read_topology(sys_root: str | Path = "/sys") -> list[Processor]:
@@ -28,6 +34,24 @@ def read_topology(sys_root: str | Path = "/sys") -> list[Processor]:
             core, socket = cpu, 0
         out.append(Processor(cpu, core, socket, node_of.get(cpu, 0)))
     return out
+
+
+def read_numa_zones(sys_root: str | Path = "/sys") -> list[NUMAZone]:
+    """The node's NUMA nodes as koordlet reports them in its NodeResourceTopology: zone
+    `node-<id>` holding the CPUs of its cpulist and the MemTotal of its meminfo, allocatable
+    = capacity. Empty when /sys shows no NUMA node (or one that cannot be read)."""
+    zones = []
+    for d in sorted((Path(sys_root) / "devices/system/node").glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+        try:
+            cpus = len(parse_cpuset((d / "cpulist").read_text()))
+            m = _MEM_TOTAL.search((d / "meminfo").read_text())
+        except (OSError, ValueError):
+            return []
+        if m is None:
+            return []
+        capacity = Resources(cpus * 1000, int(m.group(1)) * 1024)
+        zones.append(NUMAZone(name=f"node-{d.name[4:]}", capacity=capacity, allocatable=capacity))
+    return zones
 
 
 class CheckpointFile:
