@@ -231,14 +231,17 @@ def test_crd_schema_is_structural(kind):
     doc = next(d for d in _crd_docs() if d["spec"]["names"]["kind"] == kind)
     schema = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert _structural_violations(schema) == []
-    assert {"spec", "status"} <= set(schema["properties"])
+    if kind == "NodeResourceTopology":  # its API has no spec / status: zones at the top level
+        assert {"topologyPolicies", "zones"} <= set(schema["properties"])
+    else:
+        assert {"spec", "status"} <= set(schema["properties"])
 
 
-def test_crds_have_a_status_subresource_except_recommendation():
+def test_crds_have_a_status_subresource_except_recommendation_and_topology():
     subresources = {d["spec"]["names"]["kind"]: d["spec"]["versions"][0].get("subresources") for d in _crd_docs()}
     assert subresources == {"NodeMetric": {"status": {}}, "NodeSLO": {"status": {}},
                             "ClusterColocationProfile": {"status": {}}, "Reservation": {"status": {}},
-                            "Recommendation": None}  # fmt: skip
+                            "Recommendation": None, "NodeResourceTopology": None}  # fmt: skip
 
 
 def _jsonschema(kind: str) -> dict:
@@ -321,7 +324,8 @@ SERVICE_CALLS: dict[str, set[str]] = {
     "node-agent": {"start", "get_node", "list_nodes", "list_pods", "evict_pod"},
     "metrics-collector": set(),
     "slo-controller": {"start", "watch", "list_nodes", "list_pods", "patch_node_status",
-                       "list_custom:ClusterColocationProfile", "list_namespaces"},
+                       "list_custom:ClusterColocationProfile", "list_namespaces",
+                       "get_custom:NodeResourceTopology", "apply_custom:NodeResourceTopology"},
     "scheduler-extender": {"start", "watch", "list_nodes", "list_pods", "list_custom:Reservation"},
     "descheduler": {"start", "list_nodes", "list_pods", "evict_pod", "apply_custom:Reservation",
                     "get_custom:Reservation", "list_custom:Reservation", "delete_custom:Reservation"},

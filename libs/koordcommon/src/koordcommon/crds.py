@@ -1,7 +1,7 @@
 """The custom resources the system reads and writes: kind -> API coordinates.
 
-Scopes follow Koordinator's CRDs: NodeSLO, NodeMetric, ClusterColocationProfile and
-Reservation are cluster-scoped; Recommendation is namespaced (it targets a workload).
+Scopes follow Koordinator's CRDs: NodeSLO, NodeMetric, ClusterColocationProfile, Reservation and
+NodeResourceTopology are cluster-scoped; Recommendation is namespaced (it targets a workload).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ CRDS: dict[str, CustomResource] = {
         ),
         CustomResource("Reservation", "scheduling.koordinator.sh", "v1alpha1", "reservations", False),
         CustomResource("Recommendation", "analysis.koordinator.sh", "v1alpha1", "recommendations", True),
+        # the node's NUMA zones; the slo-controller writes each zone's batch resources into it
+        CustomResource("NodeResourceTopology", "topology.node.k8s.io", "v1alpha1", "noderesourcetopologies", False),
     )
 }
 

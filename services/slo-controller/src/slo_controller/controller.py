@@ -23,10 +23,12 @@ from koordcommon.schemas import NodeMetric, NodeResource, NodeSLO
 from koordcommon.service import cancel_and_wait
 from prometheus_client import Counter, Gauge, Histogram
 
+from .core import topology
 from .core.config import KEY_COLOCATION, NodeColocation
 from .core.configmap import NODESLO_KEYS, ApplyResult, ConfigState
 from .core.nodeslo import NodeSLOBuilder
 from .core.plan import NodePlan, plan_node
+from .core.resources import batch_numa
 from .core.snapshot import MetricView, NodeSnapshot, PodLoad
 
 log = logging.getLogger("slo_controller.controller")
@@ -39,6 +41,8 @@ RECOMPUTE = Histogram(
 )
 CONFIG_ERRORS = Gauge("koord_slo_config_errors", "ConfigMap keys rejected (their last good config stays)")
 NODESLO_PUTS = Counter("koord_slo_nodeslo_puts_total", "NodeSLO specs written to the KV bucket")
+NRT_WRITES = Counter("koord_slo_nrt_writes_total", "NodeResourceTopology objects written (batch per NUMA zone)")
+NRT_ERRORS = Counter("koord_slo_nrt_write_errors_total", "NodeResourceTopology reads or writes that failed")
 
 
 def _wall_ms() -> int:
@@ -79,6 +83,8 @@ class SLOController:
         self._colocation: dict[str, NodeColocation] = {}
         self._nodeslo_builder: NodeSLOBuilder = self.config.current.nodeslo_builder()
         self._nodeslo_sent: dict[str, str] = {}
+        self._nrt: dict[str, dict[str, Any]] = {}  # node -> its NodeResourceTopology as last read or written
+        self._nrt_sync: dict[str, int] = {}  # node -> when its zones were last written
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task] = []
         self.catchup_timeout_s = catchup_timeout_s
@@ -157,7 +163,7 @@ class SLOController:
         for key in self.pods.pop(name, {}):
             self._pod_node.pop(key, None)
         for d in (self.metrics, self.metric_ts, self.last_sync, self.last_plan, self._colocation,
-                  self._nodeslo_sent, self._locks):
+                  self._nodeslo_sent, self._locks, self._nrt, self._nrt_sync):
             d.pop(name, None)
 
     async def handle_metric(self, msg: NodeMetric) -> NodePlan | None:
@@ -223,6 +229,7 @@ class SLOController:
         async with lock:
             plan = self.plan(name)
             await self._execute(plan)
+            await self.sync_zones(plan)
             return plan
 
     async def reconcile_all(self) -> list[NodePlan]:
@@ -232,9 +239,13 @@ class SLOController:
                 lock = self._locks.setdefault(plan.node, asyncio.Lock())
                 async with lock:
                     # Re-plan under the lock: a metric may have landed since the batch plan.
-                    await self._execute(self.plan(plan.node) if plan.node in self.nodes else plan)
+                    plan = self.plan(plan.node) if plan.node in self.nodes else plan
+                    await self._execute(plan)
+                    await self.sync_zones(plan)
             else:
                 self.last_plan[plan.node] = plan
+                if plan.zones or plan.zones_reset:
+                    await self.sync_zones(plan)
             if i % 500 == 499:
                 await asyncio.sleep(0)
         return plans
@@ -264,6 +275,41 @@ class SLOController:
         )
         await self._publish(plan)
 
+    async def sync_zones(self, plan: NodePlan) -> bool:
+        """Write the node's batch resources per NUMA zone into its NodeResourceTopology when a
+        zone's value moved beyond resourceDiffThreshold or the last write is older than
+        updateTimeThresholdSeconds (Koordinator's BatchResource PreUpdate); True when written."""
+        name = plan.node
+        if not plan.zones and not (plan.zones_reset and name in self._nrt) or name not in self.nodes:
+            return False
+        obj = self._nrt.get(name)
+        try:
+            if obj is None:
+                obj = await self.cluster.get_custom(topology.NRT_KIND, name)
+            if obj is None:
+                metric = self.metrics.get(name)
+                if not plan.zones or metric is None or not metric.zones:
+                    return False
+                obj = topology.new_object(name, metric.zones)
+            strategy = self.colocation_for(self.nodes[name]).strategy
+            names = tuple(self.prefix + s for s in batch_numa.SUFFIXES)
+            updated, changed = topology.update_zones(obj, plan.zones, names, strategy.resourceDiffThreshold)
+            last = self._nrt_sync.get(name)
+            now = self.clock()
+            if not changed and last is not None and now - last <= strategy.update_threshold_ms:
+                self._nrt[name] = obj
+                return False
+            written = await self.cluster.apply_custom(topology.NRT_KIND, updated)
+        except Exception as exc:  # noqa: BLE001 - the node status is written; the zones follow next round
+            NRT_ERRORS.inc()
+            log.warning("NodeResourceTopology sync failed", extra={"node": name, "error": repr(exc)})
+            return False
+        self._nrt[name] = written if isinstance(written, dict) else updated
+        self._nrt_sync[name] = now
+        NRT_WRITES.inc()
+        log.debug("NodeResourceTopology written", extra={"node": name, "zones": plan.zones})
+        return True
+
     async def _publish(self, plan: NodePlan) -> None:
         if self.bus is None:
             return
@@ -275,7 +321,7 @@ class SLOController:
             reason=plan.reason if plan.enabled else "disabled",
             written=plan.write,
             metric_ts=self.metric_ts.get(plan.node),
-            inputs=plan.inputs(),
+            inputs={**plan.inputs(), **({"numaZones": plan.zones} if plan.zones else {})},
             messages=plan.messages,
         )
         try:

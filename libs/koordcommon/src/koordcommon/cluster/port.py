@@ -16,7 +16,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ..records import NodeRecord, PodRecord
 
 # Custom object kinds the system reads and writes (group/version in koordcommon.crds).
-CUSTOM_KINDS = ("NodeSLO", "NodeMetric", "ClusterColocationProfile", "Reservation", "Recommendation")
+CUSTOM_KINDS = ("NodeSLO", "NodeMetric", "ClusterColocationProfile", "Reservation", "Recommendation",
+                "NodeResourceTopology")
 
 
 class EvictionOutcome(StrEnum):

@@ -5,7 +5,7 @@ The adapter executes the plan (patch node status, publish NodeResource); nothing
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from koordcommon import resources as rn
@@ -34,6 +34,9 @@ class NodePlan:
     enabled: bool
     degraded: bool
     results: tuple[ResourceItems, ...]
+    # batch resources per NUMA zone (zone -> published name -> value); empty without zones
+    zones: dict[str, dict[str, int]] = field(default_factory=dict)
+    zones_reset: bool = False  # batch was removed: every zone's batch resources go to 0
 
     @property
     def set_resources(self) -> dict[str, int]:
@@ -80,12 +83,16 @@ def plan_node(
 ) -> NodePlan:
     results = calculate_all(snapshot, colocation)
     values: dict[str, int | None] = {}
-    degraded = False
+    zones: dict[str, dict[str, int]] = {}
+    degraded = zones_reset = False
     for r in results:
         degraded = degraded or r.degraded
+        zones_reset = zones_reset or (r.plugin == "batch" and r.reset)
         item: ResourceItem
         for item in r.items:
             values[prefix + item.suffix] = item.value
+        for zone, by_suffix in r.zones:
+            zones.setdefault(zone, {}).update({prefix + suffix: v for suffix, v in by_suffix.items()})
     strategy = colocation.strategy
     write, reason = sync_decision(
         snapshot.node.allocatable,
@@ -95,4 +102,4 @@ def plan_node(
         strategy.update_threshold_ms,
         strategy.resourceDiffThreshold,
     )
-    return NodePlan(snapshot.node.name, values, write, reason, colocation.enabled, degraded, results)
+    return NodePlan(snapshot.node.name, values, write, reason, colocation.enabled, degraded, results, zones, zones_reset)

@@ -18,6 +18,8 @@ from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.schemas import NodeMetric
 
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
+# koord-scheduler's allocation result: `numaNodeResources[].node` are the NUMA nodes a pod runs on
+ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 ACTIVE_PHASES = frozenset(("Running", "Pending"))
 _BATCH_VALUE = DEFAULT_PRIORITY_VALUE[PriorityClass.BATCH]
 _MID_VALUE = DEFAULT_PRIORITY_VALUE[PriorityClass.MID]
@@ -35,11 +37,13 @@ class PodLoad:
     hp: bool  # not batch/free (GetPodPriorityClassWithDefault): counted against batch
     prod: bool  # not mid/batch/free: counted as prod allocated for mid
     lse: bool  # LSE pods do not lend their CPU
+    numa_nodes: tuple[int, ...] = ()  # the NUMA nodes koord-scheduler bound it to; () = all of them
 
     @classmethod
     def from_record(cls, pod: PodRecord) -> PodLoad:
         req = pod.requests()
         pc = pod.priority_class
+        status = pod.annotations.get(ANNOTATION_RESOURCE_STATUS) if pod.annotations else None
         return cls(
             key=pod.key,
             cpu_request=int(req.get(rn.CPU, 0)),
@@ -48,7 +52,22 @@ class PodLoad:
             hp=pc not in _NOT_HP,
             prod=pc in (PriorityClass.PROD, PriorityClass.NONE),
             lse=pod.qos is QoSClass.LSE,
+            numa_nodes=_numa_nodes(status) if status else (),
         )
+
+
+@lru_cache(maxsize=4096)
+def _numa_nodes(raw: str) -> tuple[int, ...]:
+    """`numaNodeResources[].node` of a resource-status annotation, in order; () when unusable."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return ()
+    entries = doc.get("numaNodeResources") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        return ()
+    return tuple(e["node"] for e in entries
+                 if isinstance(e, dict) and isinstance(e.get("node"), int) and not isinstance(e["node"], bool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +81,7 @@ class MetricView:
     host_hp_usage: tuple[int, int] = (0, 0)  # host applications above batch (prod, mid)
     host_prod_usage: tuple[int, int] = (0, 0)  # host applications above mid (prod)
     prod_reclaimable: tuple[int, int] | None = None
+    zones: tuple[tuple[str, int, int], ...] = ()  # NUMA zones: (name, allocatable cpu, allocatable memory)
 
     @classmethod
     def from_message(cls, m: NodeMetric) -> MetricView:
@@ -87,6 +107,7 @@ class MetricView:
             host_hp_usage=(hp_cpu, hp_mem),
             host_prod_usage=(prod_cpu, prod_mem),
             prod_reclaimable=None if pr is None else (pr.cpu_milli, pr.memory_bytes),
+            zones=tuple((z.name, z.allocatable.cpu_milli, z.allocatable.memory_bytes) for z in m.numa_zones),
         )
 
 

@@ -33,6 +33,8 @@ class ResourceItems:
     degraded: bool = False
     reason: str = ""
     details: dict[str, Any] | Callable[[], dict[str, Any]] = field(default_factory=dict)
+    # per NUMA zone of the node: (zone name, {suffix: value}); () when the node reports no zones
+    zones: tuple[tuple[str, dict[str, int]], ...] = ()
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -78,7 +80,8 @@ def computed_items(
     suffixes: tuple[str, ...],
     values: tuple[tuple[int, Explain], ...],
     details: dict[str, Any] | Callable[[], dict[str, Any]],
+    zones: tuple[tuple[str, dict[str, int]], ...] = (),
 ) -> ResourceItems:
     """A rule's result: one (value, explain) per suffix, in the order of `suffixes`."""
     items = tuple(ResourceItem(s, value, explain) for s, (value, explain) in zip(suffixes, values, strict=True))
-    return ResourceItems(plugin, items, details=details)
+    return ResourceItems(plugin, items, details=details, zones=zones)

@@ -5,6 +5,7 @@
 with safetyMargin = capacity x (100 - reclaimThresholdPercent) / 100 (negative above 100,
 not clamped, as in Koordinator), HP by usage, request or max(usage, request) per policy,
 and the `request` policy (memory only) using nodeReserved instead of the system term.
+When the node reports NUMA zones, the same rule runs per zone (`batch_numa`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from koordcommon import resources as rn
 
 from ..config import ColocationStrategy
 from ..snapshot import NodeSnapshot
-from . import ResourceItems, computed_items, giga, ratio, reset_items, trunc_percent
+from . import ResourceItems, batch_numa, computed_items, giga, ratio, reset_items, trunc_percent
 
 NAME = "batch"
 SUFFIXES = (rn.BATCH_CPU_SUFFIX, rn.BATCH_MEMORY_SUFFIX)
@@ -90,4 +91,6 @@ def calculate(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> ResourceI
             "danglingMetrics": t.dangling_metrics,
         }
 
-    return computed_items(NAME, SUFFIXES, ((cpu, cpu_message), (mem, memory_message)), inputs)
+    zones = tuple((name, {SUFFIXES[0]: zc, SUFFIXES[1]: zm})
+                  for name, zc, zm in batch_numa.calculate_zones(snapshot, strategy))
+    return computed_items(NAME, SUFFIXES, ((cpu, cpu_message), (mem, memory_message)), inputs, zones)
