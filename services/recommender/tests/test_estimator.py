@@ -1,8 +1,7 @@
 import pytest
 from recommender.core.aggregate import MIB, AggregateState, pod_key
 from recommender.core.estimator import (
-    MAX_CPU_MILLI,
-    MAX_MEMORY_BYTES,
+    MAX_RESOURCE_AMOUNT,
     Estimate,
     EstimatorConfig,
     changed_beyond,
@@ -10,7 +9,7 @@ from recommender.core.estimator import (
     estimate,
     savings,
 )
-from recommender.core.histogram import MEMORY_SCHEME
+from recommender.core.histogram import CPU_SCHEME, MEMORY_SCHEME
 
 T0 = 1_700_000_000 // 86400 * 86400.0
 GIB = 1024**3
@@ -63,12 +62,47 @@ def test_sample_interval_setting_counts_sparse_samples_as_history():
     assert confidence(st, EstimatorConfig(sample_interval_s=300)) == pytest.approx(1.0)
 
 
-def test_no_history_gives_minimums_and_open_upper_bound():
-    est = estimate(AggregateState())
-    assert est.confidence == 0
-    assert est.target == Estimate(25, 250 * MIB)
-    assert est.lower_bound == Estimate(25, 250 * MIB)
-    assert est.upper_bound == Estimate(MAX_CPU_MILLI, MAX_MEMORY_BYTES)
+def _with_margin(x: int) -> int:
+    return x + int(x * 0.15)  # VPA adds the margin scaled and truncated on its own
+
+
+def one_sample(cpu: float, mem: float) -> AggregateState:
+    st = AggregateState()
+    st.add_cpu_sample(P, T0, cpu, 1.0)
+    st.add_memory_sample(P, T0, mem)
+    return st
+
+
+def _target(cpu_cores: float, mem_bytes: float) -> Estimate:
+    cpu = int(CPU_SCHEME.value_of(CPU_SCHEME.find_bucket(cpu_cores)) * 1000)
+    mem = int(MEMORY_SCHEME.value_of(MEMORY_SCHEME.find_bucket(mem_bytes)))
+    return Estimate(_with_margin(cpu), _with_margin(mem))
+
+
+# VPA's bounds where history is short or missing (logic/estimator.go; estimator_test.go's
+# TestConfidenceMultiplierNoHistory: +Inf capped at MaxResourceAmount 1e14, never at a histogram's end).
+@pytest.mark.parametrize(
+    "state, target, lower, upper",
+    [
+        # no sample at all: every percentile is 0, and 0 x +Inf is no amount: the minimums everywhere
+        (AggregateState(), Estimate(25, 250 * MIB), Estimate(25, 250 * MIB), Estimate(25, 250 * MIB)),
+        # one sample: confidence 0 (no history span): upper x +Inf = 1e14 of each, lower x 0 = the minimums
+        (one_sample(0.5, 500 * MIB), Estimate(587, _target(0.5, 500 * MIB).memory_bytes), Estimate(25, 250 * MIB),
+         Estimate(MAX_RESOURCE_AMOUNT, MAX_RESOURCE_AMOUNT)),
+        # 900 cores and 950 GB for a day: the targets pass the histograms' last buckets (1000 cores, 1e12 bytes)
+        # by the margin, and the upper bound x 2 goes on past them
+        (steady(1440, 900.0, 950e9), _target(900.0, 950e9), None,
+         Estimate(2 * _target(900.0, 950e9).cpu_milli, 2 * _target(900.0, 950e9).memory_bytes)),
+    ],
+)
+def test_bounds_follow_vpa_without_history_or_past_the_histograms(state, target, lower, upper):
+    est = estimate(state)
+    assert est.target == target
+    if lower is not None:
+        assert est.lower_bound == lower
+    assert est.upper_bound == upper
+    if state.total_samples > 1:
+        assert est.target.cpu_milli > 1000 * 1000 and est.target.memory_bytes > 10**12
 
 
 @pytest.mark.parametrize(

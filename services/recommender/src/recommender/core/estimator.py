@@ -1,7 +1,12 @@
-"""VPA's estimator chain: percentile -> x(1 + margin) -> confidence multiplier (bounds only)
+"""VPA's estimator chain: percentile -> + margin -> confidence multiplier (bounds only)
 -> max(., per-pod minimum / containers per pod) (logic/estimator.go, logic/recommender.go).
 
-Amounts follow VPA's ResourceAmount: integer milli-cores and bytes, truncated after every step.
+Amounts follow VPA's ResourceAmount: integer milli-cores and bytes, truncated after every step
+and capped at VPA's MaxResourceAmount (1e14), not at the histograms' last bucket: a bound
+multiplied past the largest usage a histogram holds is what VPA reports too. With no history
+(confidence 0) the upper bound's multiplier is +Inf and the lower bound's 0, as VPA computes
+them: a container with samples but no history span gets the 1e14 upper bound, and one with
+no sample at all (0 x +Inf is no amount in VPA) gets the minimums.
 """
 
 from __future__ import annotations
@@ -10,11 +15,9 @@ import math
 from dataclasses import dataclass
 
 from .aggregate import MIB, AggregateState
-from .histogram import CPU_SCHEME, MEMORY_SCHEME
 
-# Upper bound when there is no history at all (VPA: +Inf capped at the max resource amount).
-MAX_CPU_MILLI = int(CPU_SCHEME.max_value * 1000)
-MAX_MEMORY_BYTES = int(MEMORY_SCHEME.max_value)
+# VPA's model.MaxResourceAmount: the largest amount of either resource (milli-cores, bytes).
+MAX_RESOURCE_AMOUNT = 10**14
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,12 @@ class ContainerEstimate:
     confidence: float
 
 
-def _amount(x: float, cap: int) -> int:
+def _amount(x: float) -> int:
+    """VPA's resourceAmountFromFloat: truncated, at most MaxResourceAmount, not below 0; NaN (0 x +Inf)
+    is no amount (Go turns it into a negative integer, which the minimums then replace)."""
     if math.isnan(x) or x < 0:
         return 0
-    return cap if x > cap else int(x)
+    return MAX_RESOURCE_AMOUNT if x > MAX_RESOURCE_AMOUNT else int(x)
 
 
 def confidence(state: AggregateState, cfg: EstimatorConfig) -> float:
@@ -63,18 +68,22 @@ def confidence(state: AggregateState, cfg: EstimatorConfig) -> float:
     return min(lifespan, by_samples)
 
 
-def _with_confidence(amount: int, conf: float, multiplier: float, exponent: float, cap: int) -> int:
-    if conf <= 0:
-        return cap if exponent > 0 else 0
-    return _amount(amount * (1 + multiplier / conf) ** exponent, cap)
+def _with_confidence(amount: int, conf: float, multiplier: float, exponent: float) -> int:
+    """amount x (1 + multiplier / confidence)^exponent; confidence 0 makes the factor +Inf or 0."""
+    factor = (1 + multiplier / conf) ** exponent if conf > 0 else (math.inf if exponent > 0 else 0.0)
+    return _amount(amount * factor)
+
+
+def _with_margin(amount: int, margin: float) -> int:
+    """VPA's margin estimator: the amount plus its scaled margin, each truncated."""
+    return _amount(amount + _amount(amount * margin))
 
 
 def estimate(state: AggregateState, cfg: EstimatorConfig = EstimatorConfig(), containers_per_pod: int = 1) -> ContainerEstimate:
     conf = confidence(state, cfg)
-    margin = 1 + cfg.safety_margin
     n = max(containers_per_pod, 1)
-    min_cpu = _amount(cfg.pod_min_cpu_milli / n, MAX_CPU_MILLI)
-    min_mem = _amount(cfg.pod_min_memory_bytes / n, MAX_MEMORY_BYTES)
+    min_cpu = _amount(cfg.pod_min_cpu_milli / n)
+    min_mem = _amount(cfg.pod_min_memory_bytes / n)
 
     cpu_ps = state.cpu.percentiles((cfg.target_cpu_percentile, cfg.lower_cpu_percentile, cfg.upper_cpu_percentile))
     mem_ps = state.memory.percentiles(
@@ -82,18 +91,18 @@ def estimate(state: AggregateState, cfg: EstimatorConfig = EstimatorConfig(), co
     )
 
     def at(i: int) -> tuple[int, int]:
-        cpu = _amount(cpu_ps[i] * 1000, MAX_CPU_MILLI)
-        mem = _amount(mem_ps[i], MAX_MEMORY_BYTES)
-        return _amount(cpu * margin, MAX_CPU_MILLI), _amount(mem * margin, MAX_MEMORY_BYTES)
+        cpu = _amount(cpu_ps[i] * 1000)
+        mem = _amount(mem_ps[i])
+        return _with_margin(cpu, cfg.safety_margin), _with_margin(mem, cfg.safety_margin)
 
     t_cpu, t_mem = at(0)
     l_cpu, l_mem = at(1)
     u_cpu, u_mem = at(2)
     # VPA: upper x (1 + 1/confidence)^1, lower x (1 + 0.001/confidence)^-2.
-    u_cpu = _with_confidence(u_cpu, conf, 1.0, 1.0, MAX_CPU_MILLI)
-    u_mem = _with_confidence(u_mem, conf, 1.0, 1.0, MAX_MEMORY_BYTES)
-    l_cpu = _with_confidence(l_cpu, conf, 0.001, -2.0, MAX_CPU_MILLI)
-    l_mem = _with_confidence(l_mem, conf, 0.001, -2.0, MAX_MEMORY_BYTES)
+    u_cpu = _with_confidence(u_cpu, conf, 1.0, 1.0)
+    u_mem = _with_confidence(u_mem, conf, 1.0, 1.0)
+    l_cpu = _with_confidence(l_cpu, conf, 0.001, -2.0)
+    l_mem = _with_confidence(l_mem, conf, 0.001, -2.0)
     return ContainerEstimate(
         target=Estimate(max(t_cpu, min_cpu), max(t_mem, min_mem)),
         lower_bound=Estimate(max(l_cpu, min_cpu), max(l_mem, min_mem)),
