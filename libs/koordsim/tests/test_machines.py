@@ -5,7 +5,7 @@ import pytest
 from koordcommon import resources as rn
 from koordsim import batch, traces
 from koordsim.cluster import SimCluster
-from koordsim.genesis import build
+from koordsim.scenarios import build
 from koordsim.jobs import COMPLETED, EVICTED, RUNNING, BatchDriver
 from koordsim.machines import MACHINE_LABEL, SYNTHETIC_LABEL, full_day_machines
 from koordsim.spec import GIB, SimSpec

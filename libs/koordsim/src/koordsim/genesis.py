@@ -106,17 +106,8 @@ def _fill_scale(raw: np.ndarray, target: np.ndarray, cap: np.ndarray) -> np.ndar
     return hi
 
 
-def build(spec: SimSpec) -> Genesis:
-    """The cluster the spec's scenario describes: Bitbrains VMs packed onto nodes (`vms`, below)
-    or real Alibaba 2018 machines (`machines`, machines.py)."""
-    if spec.scenario == "machines":
-        from . import machines
-
-        return machines.build(spec)
-    return _build_vms(spec)
-
-
-def _build_vms(spec: SimSpec) -> Genesis:
+def build_vms(spec: SimSpec) -> Genesis:
+    """The `vms` scenario: Bitbrains VMs packed onto nodes."""
     spec = spec.resolved()
     rng = np.random.default_rng(spec.seed)
     n_nodes, ppn = spec.nodes, spec.online_pods_per_node

@@ -26,6 +26,7 @@ from koordcommon.model import LABEL_QOS_CLASS, PriorityClass
 from koordcommon.records import ContainerSpec, NodeRecord, OwnerRef, PodRecord
 
 from . import traces
+from .genesis import Genesis, pod_uid, safe_hash
 from .spec import GIB, SimSpec
 from .usage import TraceSource, UsageModel
 
@@ -83,10 +84,8 @@ def assumptions(spec: SimSpec, machines: list[str], copies: int) -> list[str]:
     return out
 
 
-def build(spec: SimSpec):
-    """The Genesis (see genesis.py) of a cluster of real machines."""
-    from .genesis import Genesis, pod_uid, safe_hash  # genesis dispatches here: import at call time
-
+def build(spec: SimSpec) -> Genesis:
+    """The `machines` scenario: a cluster of real machines, one node each."""
     spec = spec.resolved()
     source = spec.trace_source()
     if source is None:

@@ -19,7 +19,8 @@ from koordcommon.resources import Resources
 from koordcommon.selectors import SelectorError, parse_selector
 
 from .codec import pod_from_dict
-from .genesis import Genesis, build, pod_uid, safe_hash
+from .genesis import Genesis, pod_uid, safe_hash
+from .scenarios import build
 from .spec import SimSpec
 from .usage import Override, PodSet, container_shares
 
