@@ -38,6 +38,7 @@ def reason(st, p=INCOMING, name="n", now=None):
 
 def load_scores(st, p=INCOMING, rows=(0,)):
     """The load-aware plugin's own 0-100 scores for node rows (NO_SCORE where it has none)."""
+    st.flush()
     return st.plugin(LOAD_AWARE).score(st.pod_info(p), np.array(rows), st.clock())
 
 

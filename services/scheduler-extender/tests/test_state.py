@@ -21,6 +21,7 @@ def exist_cpu(st, name):
 
 def rows_of_every_plugin(st, names):
     """Each column plugin's stored values for the nodes (what requests are judged by)."""
+    st.flush()
     out = {}
     for p in st.plugins:
         if hasattr(p, "columns"):
@@ -189,6 +190,7 @@ def test_assumed_placements_moved_around_end_where_they_were_last_put(config):
     assert rows_of_every_plugin(moved, "abc") == rows_of_every_plugin(direct, "abc")
     # and the moves did something: web's estimate sits on b, job's batch request on a
     assert exist_cpu(moved, "b") == 3000 + 3400 + 1700
+    moved.flush()
     assert moved.plugin("BatchMidFit").columns.row(moved.rows["a"])["batch_free_cpu"] == 10000 - 3000
 
 

@@ -89,7 +89,9 @@ class ClusterState:
         self.pod_reservation: dict[str, str] = {}
         self.profiles: dict[tuple[str, str, str], WorkloadProfile] = {}
         self._pod_cache: dict[tuple[str, str], PodInfo] = {}
-        self._deferred: set[str] | None = None
+        # Nodes whose inputs changed since their rows were last derived: derived again when rows
+        # are next read (`rows_of`), so a burst of changes to one node costs one derivation.
+        self._dirty: set[str] = set()
 
     def plugin(self, name: str) -> Plugin | None:
         return next((p for p in self.plugins if p.name == name), None)
@@ -105,8 +107,9 @@ class ClusterState:
         return r
 
     def rows_of(self, names: list) -> np.ndarray:
-        """Rows of `names` in order, -1 for names without a row. A name that is not a string
-        raises TypeError."""
+        """Rows of `names` in order, -1 for names without a row, every row current. A name that
+        is not a string raises TypeError."""
+        self.flush()
         try:  # the common case, every name known, in one C-level pass
             return np.fromiter(map(self.rows.__getitem__, names), dtype=np.intp, count=len(names))
         except (KeyError, TypeError):
@@ -369,28 +372,26 @@ class ClusterState:
         )
 
     def apply_many(self, nodes=(), pods=(), reservations=(), initial: bool = True) -> None:
-        """A first list of the cluster: each touched node is refreshed once, at the end."""
-        self._deferred = set()
-        try:
-            for n in nodes:
-                self.apply_node(n)
-            for p in pods:
-                self.apply_pod(p, initial=initial)
-            for obj in reservations:
-                self.apply_reservation(obj)
-        finally:
-            touched, self._deferred = self._deferred, None
-            for node in touched:
-                self.refresh(node)
+        """A first list of the cluster (each touched node is derived once, when next read)."""
+        for n in nodes:
+            self.apply_node(n)
+        for p in pods:
+            self.apply_pod(p, initial=initial)
+        for obj in reservations:
+            self.apply_reservation(obj)
 
     def refresh(self, node: str) -> None:
-        if self._deferred is not None:
-            self._deferred.add(node)
-            return
-        row = self.row(node)
-        view = self.view(node)
-        for p in self.plugins:
-            p.refresh(row, view)
+        """The node's inputs changed: its rows are derived again before they are next read."""
+        self.row(node)
+        self._dirty.add(node)
+
+    def flush(self) -> None:
+        """Derive every changed node's rows in every plugin."""
+        while self._dirty:
+            node = self._dirty.pop()
+            row, view = self.row(node), self.view(node)
+            for p in self.plugins:
+                p.refresh(row, view)
 
     def summary(self) -> dict[str, int]:
         known = set(self.nodes) | set(self.metrics) | set(self.node_resources)
