@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
-import os
 from pathlib import Path
 
 import yaml
 from koordcommon import subjects
 from koordcommon.service import Service, ServiceSettings, run_service, run_until_stopped, settings_config
 from koordcommon.wiring import start_bus, start_cluster
-from pydantic import Field, model_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field
 
 from .api import router
 from .core.config import LoadedConfig, parse_config
@@ -26,7 +23,7 @@ class Settings(ServiceSettings):
     """The service's settings. A key of the YAML file or a KOORD_DESCHEDULER_* variable that
     names no setting is an error naming it (KOORD_DESCHEDULER_CONFIG_FILE names the file)."""
 
-    model_config = SettingsConfigDict(**{**settings_config(PREFIX), "extra": "forbid"})
+    model_config = settings_config(PREFIX)
     http_port: int = 8084
     interval_s: float = Field(60.0, gt=0, description="seconds between rounds")
     dry_run: bool = False
@@ -39,23 +36,6 @@ class Settings(ServiceSettings):
         "koord-scheduler); ignored with kubernetes, where koord-scheduler places them",
     )
     job_poll_s: float = Field(1.0, gt=0, description="seconds between steps of migrations in flight")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_settings(cls, data):
-        names = set(cls.model_fields)
-        env = [k for k in os.environ if k.upper().startswith(PREFIX)]
-        unknown = [k for k in env if k[len(PREFIX):].lower() not in names | {"config_file"}]
-        if isinstance(data, dict):
-            unknown += [str(k) for k in data if str(k).lower() not in names]
-        if unknown:
-            hints = []
-            for k in unknown:
-                bare = k[len(PREFIX):].lower() if k.upper().startswith(PREFIX) else k.lower()
-                close = difflib.get_close_matches(bare, sorted(names), n=1)
-                hints.append(k + (f" (did you mean {close[0]}?)" if close else ""))
-            raise ValueError(f"unknown setting{'s' if len(unknown) > 1 else ''}: {', '.join(hints)}")
-        return data
 
 
 def cluster_options(settings: Settings) -> dict:
