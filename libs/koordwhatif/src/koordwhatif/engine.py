@@ -110,7 +110,7 @@ class Replay:
             mode="sim", collect_interval_s=tick, report_interval_s=tick, nodemetric_interval_s=60.0,
             qos_enabled=True, qos_dry_run=False, evict_rate_per_s=1.0,
         )  # fmt: skip
-        self.agent = SimAgent(self.cluster, settings, publish=self._ignore)
+        self.agent = SimAgent(self.cluster, settings, publish=self._ignore, samples=False)
         self.qos = QoSManager(
             self.agent, None, settings, self.cluster, simulated=True,
             limiter_of=lambda node: TokenBucket(settings.evict_rate_per_s, burst=1, clock=clock.now_s),
@@ -169,7 +169,7 @@ class Replay:
 
     @staticmethod
     async def _ignore(_items) -> None:
-        """The agent's samples would go to the collector; a replay reads the NodeMetrics only."""
+        """The agent publishes nothing itself: the replay hands its NodeMetrics on."""
 
     async def _remember_asked(self, t_ms: int, rounds) -> None:
         """Before QoS acts: what each pod asked for this round (suppress then grants less)."""

@@ -72,11 +72,11 @@ class SimAgent:
 
     MODE = "sim"
 
-    def __init__(self, cluster, settings: AgentSettings, publish: Publish) -> None:
+    def __init__(self, cluster, settings: AgentSettings, publish: Publish, samples: bool = True) -> None:
         self.cluster = cluster
         self.settings = settings
         self.publish = publish
-        self.reporter = Reporter(history_config(settings, sim=True), report_config(settings))
+        self.reporter = Reporter(history_config(settings, sim=True), report_config(settings), samples=samples)
         self._uid_of: dict[str, str] = {}  # pod key -> uid
         self._pods_by_node: dict[str, list[PodRecord]] = {}
         self.node_records: dict[str, NodeRecord] = {}  # the selected nodes (QoS reads their allocatable, annotations)

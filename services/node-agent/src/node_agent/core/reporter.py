@@ -46,9 +46,10 @@ class ReportConfig:
 
 
 class Reporter:
-    def __init__(self, history: HistoryConfig, report: ReportConfig) -> None:
+    def __init__(self, history: HistoryConfig, report: ReportConfig, samples: bool = True) -> None:
         self.history_config = history
         self.config = report
+        self.samples = samples  # False: NodeMetrics only (a replay has no collector to feed)
         self.nodes: dict[str, NodeHistory] = {}
         self._extensions: dict[str, dict] = {}
         self._next_sample_ms: int | None = None
@@ -102,7 +103,7 @@ class Reporter:
             self._next_metric_ms = (t_ms // metric_ms + 1) * metric_ms
         if t_ms >= self._next_sample_ms:
             self._next_sample_ms = (t_ms // sample_ms + 1) * sample_ms
-            for name, h in self.nodes.items():
+            for name, h in self.nodes.items() if self.samples else ():
                 msg = h.sample(t_ms, self.config.report_interval_s, self._extensions.get(name))
                 if msg is not None:
                     out.append((subjects.metrics(name), msg))
