@@ -159,6 +159,18 @@ def test_pick_cpus_spreads_over_numa_nodes():
     # buckets: node0 {0,4,1,5} node1 {2,6,3,7}: a pair from each, then singles
     assert pick_cpus(4, procs, 8) == [0, 4, 2, 6]
     assert pick_cpus(9, procs, 8) == []
+    # an odd count: pairs from each bucket in turn, then singles from the bucket phase 1 reached
+    assert pick_cpus(5, procs, 8) == [0, 4, 2, 6, 1]
+    assert pick_cpus(8, procs, 8) == [0, 4, 2, 6, 1, 5, 3, 7]
+
+
+def test_pick_cpus_four_threads_a_core():
+    # one bucket, cores 0 and 1 of four threads: pairs (0,1) then (2,3) of core 0, then a single
+    procs = [Processor(cpu=i, core=i // 4) for i in range(8)]
+    assert pick_cpus(5, procs, 8) == [0, 1, 2, 3, 4]
+    # CPUs 1 and 2 not offered: 0 and 3 are now adjacent siblings of core 0, a pair
+    rest = [p for p in procs if p.cpu not in (1, 2)]
+    assert pick_cpus(5, rest, 8) == [0, 3, 4, 5, 6]
 
 
 @pytest.mark.parametrize("text,cpus,canon", [("0-3,8", [0, 1, 2, 3, 8], "0-3,8"), ("2,0,1", [0, 1, 2], "0-2"),

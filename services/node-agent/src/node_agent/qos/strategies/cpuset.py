@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import operator
+
 from ..model import Processor
+
+_CORE_CPU = operator.attrgetter("core", "cpu")
 
 
 def parse_cpuset(text: str) -> list[int]:
@@ -41,46 +45,55 @@ def synthetic_topology(cores: int) -> list[Processor]:
 def pick_cpus(k: int, processors: list[Processor], num_processors: int) -> list[int]:
     """koordlet's calculateBESuppressCPUSetPolicy: spread over NUMA/socket buckets, hyper-thread pairs first.
 
-    Fewer processors than k yields an empty list (the caller then changes nothing).
+    Buckets (one per NUMA node and socket) are visited round-robin, largest first; phase 1 takes
+    from each in turn its first sibling pair (two CPUs of one core, adjacent in (core, cpu)
+    order) with neither CPU taken, phase 2 its first CPU not taken, until k are chosen. Fewer
+    processors than k yields an empty list (the caller then changes nothing).
     """
-    if k <= 0:
-        return []
-    if len(processors) < k:
+    if k <= 0 or len(processors) < k:
         return []
     buckets: dict[int, list[Processor]] = {}
     for p in processors:
         buckets.setdefault((p.node + num_processors) * (p.socket + 1), []).append(p)
-    ordered = [sorted(b, key=lambda p: (p.core, p.cpu)) for b in buckets.values()]
+    ordered = [sorted(b, key=_CORE_CPU) for b in buckets.values()]
     ordered.sort(key=lambda b: (-len(b), b[0].cpu))
+    n = len(ordered)
     used: set[int] = set()
     result: list[int] = []
     need = k
     i = 0
-    n = len(ordered)
-    # phase 1: sibling pairs, one pair per bucket per round
+    # Taken CPUs only accumulate, so a pair or CPU passed over once never qualifies again: each
+    # bucket keeps a cursor and every candidate is looked at once.
+    pairs = [[(a.cpu, c.cpu) for a, c in zip(b, b[1:], strict=False) if a.core == c.core] for b in ordered]
+    cursor = [0] * n
     idle_rounds = 0
-    while need > 1 and idle_rounds < n:
-        b = ordered[i % n]
-        added = False
-        for j in range(len(b) - 1):
-            a, c = b[j], b[j + 1]
-            if a.core == c.core and a.cpu not in used and c.cpu not in used:
-                used.update((a.cpu, c.cpu))
-                result += [a.cpu, c.cpu]
-                need -= 2
-                added = True
-                break
-        idle_rounds = 0 if added else idle_rounds + 1
+    while need > 1 and idle_rounds < n:  # phase 1: sibling pairs, one pair per bucket per round
+        b, j, cands = i % n, cursor[i % n], pairs[i % n]
+        while j < len(cands) and (cands[j][0] in used or cands[j][1] in used):
+            j += 1
+        cursor[b] = j
+        if j < len(cands):
+            used.update(cands[j])
+            result += cands[j]
+            need -= 2
+            cursor[b] = j + 1
+            idle_rounds = 0
+        else:
+            idle_rounds += 1
         i += 1
-    # phase 2: singles, continuing from the bucket where phase 1 stopped
+    cursor = [0] * n
     idle_rounds = 0
-    while need > 0 and idle_rounds < n:
-        b = ordered[i % n]
-        p = next((p for p in b if p.cpu not in used), None)
-        if p is not None:
-            used.add(p.cpu)
-            result.append(p.cpu)
+    while need > 0 and idle_rounds < n:  # phase 2: singles, from the bucket where phase 1 stopped
+        b = i % n
+        cpus, j = ordered[b], cursor[b]
+        while j < len(cpus) and cpus[j].cpu in used:
+            j += 1
+        cursor[b] = j
+        if j < len(cpus):
+            used.add(cpus[j].cpu)
+            result.append(cpus[j].cpu)
             need -= 1
+            cursor[b] = j + 1
             idle_rounds = 0
         else:
             idle_rounds += 1
