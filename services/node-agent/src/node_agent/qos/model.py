@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from koordcommon.model import KubeQoS, PriorityClass, QoSClass
 from koordcommon.resources import ZERO, Resources
@@ -14,9 +15,9 @@ CFS_PERIOD_US = 100_000
 MAX_INT64 = 9_223_372_036_854_775_807
 
 
-@dataclass(frozen=True, order=True)
-class Processor:
-    """One logical CPU and where it sits (the topology the cpuset strategies choose from)."""
+class Processor(NamedTuple):
+    """One logical CPU and where it sits (the topology the cpuset strategies choose from). A
+    tuple: a topology is hashed to reuse the cpuset chosen from it."""
 
     cpu: int
     core: int

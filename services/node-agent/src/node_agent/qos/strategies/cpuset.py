@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 
 from ..model import Processor
@@ -52,6 +53,11 @@ def pick_cpus(k: int, processors: list[Processor], num_processors: int) -> list[
     """
     if k <= 0 or len(processors) < k:
         return []
+    return list(_pick(k, tuple(processors), num_processors))
+
+
+@functools.lru_cache(maxsize=4096)  # a node's topology is fixed and k moves within it
+def _pick(k: int, processors: tuple[Processor, ...], num_processors: int) -> tuple[int, ...]:
     buckets: dict[int, list[Processor]] = {}
     for p in processors:
         buckets.setdefault((p.node + num_processors) * (p.socket + 1), []).append(p)
@@ -98,4 +104,4 @@ def pick_cpus(k: int, processors: list[Processor], num_processors: int) -> list[
         else:
             idle_rounds += 1
         i += 1
-    return result
+    return tuple(result)
