@@ -262,3 +262,31 @@ def test_every_input_of_a_pod_counts_in_its_numbers():
             assert (want != base_numbers) is (with_profile or what not in profile_only), what  # the input matters
             assert numbers(shared.pod_info(base)) == base_numbers
             assert numbers(shared.pod_info(variant)) == want, what
+
+
+def _pod_json(cpu: str, uid: str = "u1", rv: str | None = "1") -> dict:
+    meta = {"name": "w", "namespace": "default", "uid": uid}
+    if rv is not None:
+        meta["resourceVersion"] = rv
+    res = {"cpu": cpu, "memory": "1Gi"}
+    return {"metadata": meta, "spec": {"containers": [{"name": "c", "resources": {"requests": res, "limits": res}}]}}
+
+
+@pytest.mark.parametrize("second, rv2, passes", [
+    # the same uid and resourceVersion are the same pod (Kubernetes changes the version on every
+    # change): the earlier judgement stands whatever the body says
+    ("64", "1", ["n"]),
+    ("64", "2", []),  # a new version (the API server changes resourceVersion on every change): judged anew
+])
+def test_a_pod_version_is_judged_once(second, rv2, passes):
+    from scheduler_extender.core.extender import judged_pod
+
+    st = make_state()
+    st.apply_node(node("n"))
+    st.apply_metric(metric("n", 1000, Gi))
+    first = judged_pod(st, _pod_json("1"))
+    assert first.request.cpu_milli == 1000
+    args = wire.ExtenderArgs(_pod_json(second, rv=rv2), None, ["n"])
+    assert wire.decode_filter_result(filter_request(st, args).body).node_names == passes
+    # without a resourceVersion nothing is reused
+    assert judged_pod(st, _pod_json("2", rv=None)).request.cpu_milli == 2000

@@ -82,11 +82,14 @@ def node_json(node: NodeRecord) -> dict[str, Any]:
     return obj
 
 
-def extender_args(pod: PodRecord, nodes: list[NodeRecord], node_cache_capable: bool) -> dict[str, Any]:
-    """ExtenderArgs: `Pod`, and `NodeNames` (cache-capable) or `Nodes`, the other null."""
+def extender_args(pod: PodRecord, nodes: list[NodeRecord], node_cache_capable: bool,
+                  pod_obj: dict[str, Any] | None = None) -> dict[str, Any]:
+    """ExtenderArgs: `Pod` (`pod_obj` when the caller holds it already), and `NodeNames`
+    (cache-capable) or `Nodes`, the other null."""
+    obj = pod_json(pod) if pod_obj is None else pod_obj
     if node_cache_capable:
-        return {"Pod": pod_json(pod), "Nodes": None, "NodeNames": [n.name for n in nodes]}
-    return {"Pod": pod_json(pod), "Nodes": {"metadata": {}, "items": [node_json(n) for n in nodes]}, "NodeNames": None}
+        return {"Pod": obj, "Nodes": None, "NodeNames": [n.name for n in nodes]}
+    return {"Pod": obj, "Nodes": {"metadata": {}, "items": [node_json(n) for n in nodes]}, "NodeNames": None}
 
 
 class ExtenderScheduler:
@@ -125,6 +128,7 @@ class ExtenderScheduler:
         self.transport = transport
         self.skip_dominated = skip_dominated
         self._asks: dict[tuple[str, str], _Asks] = {}
+        self._json: dict[tuple[str, str], dict[str, Any]] = {}  # pending pods' JSON, by uid and resourceVersion
         self._client = client or (None if transport is not None else httpx.AsyncClient(timeout=self.timeout_s))
         self._own_client = client is None and transport is None
         self._next_start = 0
@@ -164,6 +168,16 @@ class ExtenderScheduler:
         except ValueError as exc:
             raise ExtenderError(f"failed {verb} with extender at URL {url}: invalid JSON: {exc}") from exc
 
+    def _args(self, pod: PodRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
+        """The pod's JSON is built once per version while it waits (filter, prioritize, retries)."""
+        key = (pod.uid, pod.resource_version)
+        if not (pod.uid and pod.resource_version):
+            return extender_args(pod, nodes, self.node_cache_capable)
+        obj = self._json.get(key)
+        if obj is None:
+            obj = self._json[key] = pod_json(pod)
+        return extender_args(pod, nodes, self.node_cache_capable, obj)
+
     def is_interested(self, pod: PodRecord) -> bool:
         if not self.managed_resources:
             return True
@@ -178,7 +192,7 @@ class ExtenderScheduler:
         self, pod: PodRecord, nodes: list[NodeRecord]
     ) -> tuple[list[NodeRecord], dict[str, str], dict[str, str]]:
         """(feasible nodes, FailedNodes, FailedAndUnresolvableNodes) as the extender answered."""
-        reply = await self._send(self.filter_verb, extender_args(pod, nodes, self.node_cache_capable))
+        reply = await self._send(self.filter_verb, self._args(pod, nodes))
         if not isinstance(reply, dict):
             raise ExtenderError(f"failed {self.filter_verb} with extender at URL {self.url_prefix}: not an object")
         error = _ci(reply, "Error")
@@ -212,7 +226,7 @@ class ExtenderScheduler:
         if not self.prioritize_verb or self.weight <= 0:
             return {}
         try:
-            reply = await self._send(self.prioritize_verb, extender_args(pod, nodes, self.node_cache_capable))
+            reply = await self._send(self.prioritize_verb, self._args(pod, nodes))
         except ExtenderError as exc:
             log.info("extender prioritize ignored", extra={"error": str(exc)})
             return {}
@@ -255,6 +269,7 @@ class ExtenderScheduler:
                 a = asks[key] = self._asks.get(key) or _Asks.of(p)
                 queue.append((a, p))
         self._asks = asks  # what a pending pod asks is derived once while it waits
+        self._json = {k: v for k, v in self._json.items() if k in asks}
         queue.sort(key=lambda item: item[0].order)
         nodes, requested, nonzero = await self._snapshot()
         results = []

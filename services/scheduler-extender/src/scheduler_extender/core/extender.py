@@ -42,6 +42,17 @@ def parse_pod(pod: dict) -> PodRecord:
         raise WireError(f"Pod: {exc}") from None
 
 
+def judged_pod(state: ClusterState, pod: dict) -> PodInfo:
+    """The request's pod as the plugins judge it. kube-scheduler sends one pod to filter, then
+    to prioritize, and again on each retry: a version already judged is not parsed again."""
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    if isinstance(meta, dict):
+        known = state.known_pod_info(meta.get("uid"), meta.get("resourceVersion"))
+        if known is not None:
+            return known
+    return state.pod_info(parse_pod(pod))
+
+
 def _rows(state: ClusterState, names: list) -> np.ndarray:
     try:
         return state.rows_of(names)
@@ -90,7 +101,7 @@ def _filter_reply(args: ExtenderArgs, names: list[str], outcome: FilterOutcome) 
 
 
 def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
-    info = state.pod_info(parse_pod(args.pod))
+    info = judged_pod(state, args.pod)
     names = args.candidate_names()
     outcome = filter_nodes(state, info, names, now)
     if len(outcome.passed) == 1:
@@ -100,7 +111,7 @@ def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = No
 
 
 def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
-    info = state.pod_info(parse_pod(args.pod))
+    info = judged_pod(state, args.pod)
     names = args.candidate_names()
     if not names:
         return VerbResult(b"[]", candidates=0)
@@ -138,7 +149,7 @@ def preempt_request(state: ClusterState, args: ExtenderPreemptionArgs, now: int 
     scheduler's own dry run chose them and there is nothing to judge them by.
     """
     now = state.clock() if now is None else now
-    info = state.pod_info(parse_pod(args.pod))
+    info = judged_pod(state, args.pod)
     meta: dict[str, MetaVictims] = {}
     if args.node_to_meta_victims is not None:
         meta = dict(args.node_to_meta_victims)

@@ -146,6 +146,13 @@ class ClusterState:
             self._pod_cache[cache_key] = info
         return info
 
+    def known_pod_info(self, uid: object, resource_version: object) -> PodInfo | None:
+        """The PodInfo already derived for this version of a pod, if any: a request naming it
+        need not be parsed again."""
+        if isinstance(uid, str) and isinstance(resource_version, str) and uid and resource_version:
+            return self._pod_cache.get((uid, resource_version))
+        return None
+
     def _estimate(self, pod: PodRecord, requests: dict[str, int], cls) -> Resources:
         """The pod's estimated usage: its workload's usage profile when one covers it, else
         Koordinator's default estimator over its summed requests."""
