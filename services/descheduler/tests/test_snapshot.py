@@ -67,3 +67,24 @@ def test_prod_usage_sums_the_metrics_of_prod_pods(priority, qos, prod_cpu):
     (state,) = node_states([node], [pod], {"n1": metric}, now_ms=2_000, expiration_s=180)
     assert state.usage == Load(2000, 4 * GI, 1)  # and the one pod on the node
     assert (state.prod_usage.cpu, state.prod_usage.pods) == (prod_cpu, 1 if prod_cpu else 0)
+
+
+def test_pods_by_node_builds_a_nodes_pods_when_asked_with_its_own_metric():
+    from dataclasses import replace
+
+    from descheduler.core.evictable import EvictorRules
+    from descheduler.snapshot import PodsByNode
+
+    a, b = record("a"), replace(record("b"), node_name="n2")
+    stale = replace(record("b"), uid="uid-old-b")  # the same name reported by n1 before it moved
+    metrics = {
+        "n1": NodeMetric(node="n1", ts=1, node_usage=Resources(), pods=[PodMetric(uid=a.uid, namespace="shop", name="a", usage=Resources(300, GI)),
+                                               PodMetric(uid=stale.uid, namespace="shop", name="b", usage=Resources(900, GI))]),
+        "n2": NodeMetric(node="n2", ts=1, node_usage=Resources(), pods=[PodMetric(uid=b.uid, namespace="shop", name="b", usage=Resources(100, GI))]),
+    }
+    by_node = PodsByNode([a, b], metrics, rules=EvictorRules())
+    assert sorted(by_node) == ["n1", "n2"] and by_node.get("n3") is None
+    assert by_node._built == {}  # nothing built until a node is asked for
+    assert [(p.name, p.usage) for p in by_node["n2"]] == [("b", Resources(100, GI))]  # not n1's stale entry
+    assert list(by_node._built) == ["n2"]
+    assert [(p.name, p.usage) for p in by_node["n1"]] == [("a", Resources(300, GI))]

@@ -27,7 +27,7 @@ from .core import migration as mig
 from .core.anomaly import Detector
 from .core.config import LowNodeLoadArgs
 from .core.lownodeload import PROD_DETECTOR, Migration, RoundPlan, plan_round
-from .snapshot import node_states, pod_states, replicas_by_workload, unavailable_by_workload
+from .snapshot import Deferred, PodsByNode, node_states, replicas_by_workload, unavailable_by_workload
 
 log = logging.getLogger("descheduler")
 
@@ -180,13 +180,12 @@ class Descheduler:
             departed=set(self.departed), arriving=self._arriving(),
         )
         waiting = self.clock()
-        p_states = [
-            p for p in pod_states(active, self.metrics, self.args.evictor_rules())
-            if self.blocked_until.get(p.uid, 0) <= waiting and p.uid not in self.jobs
-        ]
+        movable = PodsByNode(active, self.metrics, self.args.evictor_rules(),
+                             keep=lambda p: self.blocked_until.get(p.uid, 0) <= waiting and p.uid not in self.jobs)
         return plan_round(
-            self.args, n_states, p_states, detectors, now_ms / 1000,
-            mig.in_flight(list(self.jobs.values())), unavailable_by_workload(pods), replicas_by_workload(pods),
+            self.args, n_states, movable, detectors, now_ms / 1000,
+            mig.in_flight(list(self.jobs.values())),
+            Deferred(lambda: unavailable_by_workload(pods)), Deferred(lambda: replicas_by_workload(pods)),
             self.object_limiters.tokens(waiting),
         )
 

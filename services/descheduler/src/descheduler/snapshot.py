@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from koordcommon.model import KubeQoS, PriorityClass, QoSClass, is_prod
 from koordcommon.records import NodeRecord, PodRecord
@@ -149,6 +151,58 @@ def pod_states(pods: list[PodRecord], metrics: dict[str, NodeMetric], rules: Evi
             )
         )
     return out
+
+
+class PodsByNode(Mapping[str, list[PodState]]):
+    """The pod states of each node, built when the plan first asks for a node's pods: a round
+    weighs the pods of its source nodes only, so the others are never built. A pod's usage is
+    its own node's NodeMetric entry; `keep` drops pods the round may not move (blocked, in flight)."""
+
+    def __init__(self, pods: list[PodRecord], metrics: dict[str, NodeMetric], rules: EvictorRules,
+                 keep: Callable[[PodState], bool] = lambda _: True) -> None:
+        self._records: dict[str, list[PodRecord]] = {}
+        for p in pods:
+            if p.node_name:
+                self._records.setdefault(p.node_name, []).append(p)
+        self._metrics, self._rules, self._keep = metrics, rules, keep
+        self._built: dict[str, list[PodState]] = {}
+
+    def __getitem__(self, node: str) -> list[PodState]:
+        if node not in self._records:
+            raise KeyError(node)
+        built = self._built.get(node)
+        if built is None:
+            m = self._metrics.get(node)
+            built = [s for s in pod_states(self._records[node], {node: m} if m else {}, self._rules) if self._keep(s)]
+            self._built[node] = built
+        return built
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+class Deferred(Mapping[str, Any]):
+    """A mapping computed on first read (per-workload counts a round needs only when it moves a pod)."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
+        self._build, self._data = build, None
+
+    def _get(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = self._build()
+        return self._data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
 
 
 def _int_annotation(p: PodRecord, key: str) -> int:

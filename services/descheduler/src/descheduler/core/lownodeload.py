@@ -15,6 +15,7 @@ The result is a plan (plain data); executing it (evict, reserve, dry-run) happen
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from koordcommon.model import QOS_RANK, KubeQoS, PriorityClass, QoSClass, is_prod
@@ -530,9 +531,9 @@ class RoundState:
     args: LowNodeLoadArgs
     plan: RoundPlan
     counter: LimitCounter
-    unavailable: dict[str, int]
-    replicas: dict[str, int]
-    pods_by_node: dict[str, list[PodState]]
+    unavailable: Mapping[str, int]
+    replicas: Mapping[str, int]
+    pods_by_node: Mapping[str, list[PodState]]
     detectors: dict[str, Detector]
     now_s: float
 
@@ -732,18 +733,19 @@ def forget_idle_detectors(detectors: dict[str, Detector], now_s: float, timeout_
 def plan_round(
     args: LowNodeLoadArgs,
     nodes: list[NodeState],
-    pods: list[PodState],
+    pods: list[PodState] | Mapping[str, list[PodState]],
     detectors: dict[str, Detector],
     now_s: float,
     in_flight: LimitCounter | None = None,
-    workload_unavailable: dict[str, int] | None = None,
-    workload_replicas: dict[str, int] | None = None,
+    workload_unavailable: Mapping[str, int] | None = None,
+    workload_replicas: Mapping[str, int] | None = None,
     object_tokens: dict[str, float] | None = None,
 ) -> RoundPlan:
     """Plan one round, pool by pool: classify the nodes, pick the sources, order the victims on
     each source, move them while the source is hot and the low nodes have room.
 
-    `detectors` is updated in place: it is the state carried between rounds. `in_flight` counts
+    `pods` is a list, or a mapping of node name to its pods (read only for the nodes the round
+    weighs). `detectors` is updated in place: it is the state carried between rounds. `in_flight` counts
     migrations still under way from earlier rounds; `workload_unavailable` counts pods of each
     workload that are not ready right now; `workload_replicas` the expected replicas of each
     workload (derived per-workload limits and the single-replica rule); `object_tokens` what
@@ -758,9 +760,12 @@ def plan_round(
     forget_idle_detectors(detectors, now_s, args.detectorCacheTimeoutSeconds)
     counter = in_flight or LimitCounter()
     counter.start_round(object_tokens)
-    pods_by_node: dict[str, list[PodState]] = {}
-    for p in pods:
-        pods_by_node.setdefault(p.node, []).append(p)
+    if isinstance(pods, Mapping):  # node -> its pods (a caller may build them as they are asked for)
+        pods_by_node = pods
+    else:
+        pods_by_node = {}
+        for p in pods:
+            pods_by_node.setdefault(p.node, []).append(p)
     rnd = RoundState(args, plan, counter, workload_unavailable or {}, workload_replicas or {}, pods_by_node, detectors, now_s)
     nodes = [n for n in nodes if args.in_scope(n.labels)]
     drained: set[str] = set()
