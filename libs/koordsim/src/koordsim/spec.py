@@ -22,8 +22,10 @@ class SimSpec(BaseModel):
 
     # What the cluster is: "vms", Bitbrains VMs packed onto nodes as online pods (genesis.py), or
     # "machines", real Alibaba 2018 machines, one node each (machines.py; `nodes` 0 means their
-    # own count, more repeat them shifted in time).
-    scenario: str = Field("vms", pattern="^(vms|machines)$")
+    # own count, more repeat them shifted in time), or "history", a cluster's own history (history.py:
+    # the directory `history` names, in the format of docs/history-format.md; its own nodes).
+    scenario: str = Field("vms", pattern="^(vms|machines|history)$")
+    history: str | None = None
     nodes: int = Field(20, ge=0)
     seed: int = 0
     node_cpu_cores: int = Field(32, ge=1)
@@ -65,7 +67,11 @@ class SimSpec(BaseModel):
         update = {}
         if self.wall_anchor_ms is None:
             update["wall_anchor_ms"] = wall
-        if self.start_ms is None:
+        if self.start_ms is None and self.scenario == "history" and self.history:
+            from . import history  # reads the history once (kept while its files are unchanged)
+
+            update["start_ms"] = history.start_ms(self.history)  # a replay of a history starts where it starts
+        elif self.start_ms is None:
             update["start_ms"] = update.get("wall_anchor_ms", self.wall_anchor_ms)
         if self.trace_set == "auto" and self.traces_dir is None:
             update["trace_set"] = traces.trace_source().kind

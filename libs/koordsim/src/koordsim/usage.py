@@ -98,6 +98,9 @@ class UsageModel:
         self.pod_sources: dict[str, TraceSource] = {}  # by pod uid
         # node -> (machine row, offset, capacity cpu, capacity memory, cpu fraction, memory fraction)
         self.node_system: dict[str, tuple[int, int, int, int, float, float]] = {}
+        # node -> a row of the VM matrix holding its system usage in milli-cores and bytes (a
+        # recorded history, history.py), read like a pod's trace
+        self.node_sources: dict[str, TraceSource] = {}
 
     # ------------------------------------------------------------------ compile
 
@@ -193,6 +196,10 @@ class UsageModel:
         return u_cpu, np.broadcast_to(u_mem, u_cpu.shape)
 
     def system_usage(self, node: str, t_ms: int) -> Resources:
+        src = self.node_sources.get(node)
+        if src is not None:
+            cpu, mem = self.trace_values(np.asarray([src.row]), np.asarray([src.offset]), t_ms)
+            return Resources(int(cpu[0] * src.cpu_scale), int(mem[0] * src.mem_scale))
         sys = self.node_system.get(node)
         if sys is None or self.sys_cpu.shape[0] == 0:
             return Resources()

@@ -61,8 +61,21 @@ def spec_for(
         title = f"{n} nodes of Bitbrains VMs"
     elif trace == "history":
         if history is None:
-            raise ScenarioError("--trace history needs --history FILE (a CSV exported by the metrics-collector)")
-        raise ScenarioError("history replay: see koordwhatif.history")
+            raise ScenarioError("--trace history needs --history DIR (a cluster history exported by "
+                                "`koordctl export-history`, or written as docs/history-format.md says)")
+        from koordsim import history as recorded
+
+        try:
+            prep = recorded.load(history)
+        except recorded.HistoryError as exc:
+            raise ScenarioError(f"{history}: the history cannot be replayed:\n{exc}") from None
+        n = len(prep.history.nodes)
+        if nodes not in (0, n):
+            raise ScenarioError(f"{history} records {n} nodes; a history replays its own nodes (--nodes 0)")
+        # the replay starts where the history starts, on the history's own clock
+        at = {"start_ms": prep.origin_ms, "wall_anchor_ms": prep.origin_ms}
+        spec = SimSpec(scenario="history", history=str(Path(history).resolve()), nodes=n, **{**common, **at})
+        title = f"{n} nodes of the cluster history in {history}"
     else:
         raise ScenarioError(f"unknown trace {trace!r}: alibaba2018, bitbrains or history")
     return spec, {"title": title, "trace": trace, "traces": source.describe(), "spec": spec.model_dump()}
