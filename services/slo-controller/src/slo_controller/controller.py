@@ -273,7 +273,7 @@ class SLOController:
             extra={"node": plan.node, "reason": plan.reason, "set": plan.set_resources, "remove": plan.remove_resources,
                    "degraded": plan.degraded},
         )
-        await self._publish(plan)
+        await self._publish(plan, current)
 
     async def sync_zones(self, plan: NodePlan) -> bool:
         """Write the node's batch resources per NUMA zone into its NodeResourceTopology when a
@@ -310,7 +310,18 @@ class SLOController:
         log.debug("NodeResourceTopology written", extra={"node": name, "zones": plan.zones})
         return True
 
-    async def _publish(self, plan: NodePlan) -> None:
+    def _sync_inputs(self, plan: NodePlan, previous: dict[str, int]) -> dict[str, Any]:
+        """The write decision's inputs: the values it compared, its thresholds and its answer."""
+        node = self.nodes.get(plan.node)
+        strategy = self.colocation_for(node).strategy if node is not None else None
+        return {
+            "decision": plan.reason,
+            "previous": {k: previous.get(k) for k in plan.values},
+            "resourceDiffThreshold": strategy.resourceDiffThreshold if strategy else None,
+            "updateTimeThresholdSeconds": strategy.update_threshold_ms // 1000 if strategy else None,
+        }
+
+    async def _publish(self, plan: NodePlan, previous: dict[str, int] | None = None) -> None:
         if self.bus is None:
             return
         msg = NodeResource(
@@ -321,7 +332,8 @@ class SLOController:
             reason=plan.reason if plan.enabled else "disabled",
             written=plan.write,
             metric_ts=self.metric_ts.get(plan.node),
-            inputs={**plan.inputs(), **({"numaZones": plan.zones} if plan.zones else {})},
+            inputs={**plan.inputs(), **({"numaZones": plan.zones} if plan.zones else {}),
+                    "sync": self._sync_inputs(plan, previous or {})},
             messages=plan.messages,
         )
         try:

@@ -169,6 +169,26 @@ def pod_totals(pods: Sequence[PodLoad], metric: MetricView | None) -> PodTotals:
     return PodTotals((req_c, req_m), (used_c, used_m), (mur_c, mur_m), (prod_c, prod_m), no_metric, dangling)
 
 
+def hp_pods(pods: Sequence[PodLoad], metric: MetricView | None) -> list[dict]:
+    """Each active HP pod's part of the HP term, as `pod_totals` counts it: by usage when its
+    metric is there (CPU by request for LSE), by request when not; then HP metrics without
+    their pod. For explanations only: the sums stay in `pod_totals`."""
+    usage = (metric.pods if metric is not None else None) or {}
+    out = []
+    for p in pods:
+        if not (p.active and p.hp):
+            continue
+        m = usage.get(p.key)
+        used = (p.cpu_request, p.memory_request) if m is None else (p.cpu_request if p.lse else m[0], m[1])
+        out.append({"pod": p.key, "countedBy": "request" if m is None else "usage", "used": list(used),
+                    "request": [p.cpu_request, p.memory_request]})
+    keys = {p.key for p in pods}
+    for key, (uc, um, hp) in usage.items():
+        if hp and key not in keys:
+            out.append({"pod": key, "countedBy": "metricWithoutPod", "used": [uc, um], "request": [0, 0]})
+    return out
+
+
 @lru_cache(maxsize=4096)
 def _annotation_reserved(raw: str) -> tuple[int, int] | None:
     """`node.koordinator.sh/reservation` -> (cpu milli, memory bytes); None when unusable."""

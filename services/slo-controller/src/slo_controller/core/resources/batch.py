@@ -13,7 +13,7 @@ from __future__ import annotations
 from koordcommon import resources as rn
 
 from ..config import ColocationStrategy
-from ..snapshot import NodeSnapshot
+from ..snapshot import NodeSnapshot, hp_pods
 from . import ResourceItems, batch_numa, computed_items, giga, ratio, reset_items, trunc_percent
 
 NAME = "batch"
@@ -89,6 +89,12 @@ def calculate(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> ResourceI
             "memoryCalculatePolicy": mem_policy,
             "podsWithoutMetric": t.pods_without_metric,
             "danglingMetrics": t.dangling_metrics,
+            "cpuReclaimThresholdPercent": strategy.cpuReclaimThresholdPercent,
+            "memoryReclaimThresholdPercent": strategy.memoryReclaimThresholdPercent,
+            "batchCPUThresholdPercent": cpu_cap_pct,
+            "batchMemoryThresholdPercent": mem_cap_pct,
+            "batch": [cpu, mem],
+            "hpPods": hp_pods(snapshot.pods, metric),
         }
 
     zones = tuple((name, {SUFFIXES[0]: zc, SUFFIXES[1]: zm})
