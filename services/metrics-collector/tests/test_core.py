@@ -67,14 +67,17 @@ def test_sample_rows_sum_bands(sample_factory):
 def test_other_message_rows():
     metric = NodeMetric(node="n1", ts=5, node_usage=Resources(1, 2), prod_reclaimable=Resources(3, 4),
                         aggregated_node_usages=[AggregatedUsage(duration_s=300, p90=Resources(7, 8))])  # fmt: skip
-    res = NodeResource(node="n1", ts=6, batch=Resources(5000, GIB), mid=None, degraded=False, reason="ok")
+    res = NodeResource(node="n1", ts=6, batch=Resources(5000, GIB), mid=None, degraded=False, reason="ok",
+                       inputs={"batch": {"capacity": [8000, 4 * GIB]}}, messages=["batchAllocatable[CPU(Milli-Core)]:5000"])
     rec = Recommendation(namespace="ns", owner_kind="Deployment", owner_name="web", ts=7, source="recommender/a")
     ev = Event(kind="evict", node="n1", action="evict", ts=8, source="node-agent/n1", seq=42, target={"pod": "p"})
     rows = R.build_rows([metric, res, rec, ev])
     m = dict(zip(R.NODE_METRIC_COLUMNS, rows.node_metrics[0], strict=True))
     assert (m["prod_reclaimable_cpu_milli"], m["prod_peak_cpu_milli"], m["aggregate_duration_s"]) == (3, None, 300)
     assert '"p90":{"cpu_milli":7,"memory_bytes":8}' in m["aggregated"]
-    assert rows.node_resources == [("n1", 6, 5000, GIB, None, None, False, "ok", False, None)]
+    # the inputs and messages behind the values are kept with them (explanations)
+    assert rows.node_resources == [("n1", 6, 5000, GIB, None, None, False, "ok", False, None,
+                                    '{"batch":{"capacity":[8000,4294967296]}}', '["batchAllocatable[CPU(Milli-Core)]:5000"]')]
     assert rows.recommendations == [("ns", "Deployment", "web", 7, "recommender/a", "[]")]
     assert rows.events[0][:7] == ("node-agent/n1:42", 8, "evict", "n1", "evict", "", False)
     with pytest.raises(TypeError):

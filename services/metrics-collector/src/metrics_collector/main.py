@@ -11,7 +11,7 @@ from koordcommon.storage import run_migrations
 from koordcommon.wiring import start_bus
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import api
+from . import api, api_explain, whatif
 from .bus import Ingest, start_consumers
 from .core import retention
 from .dashboard import mount_dashboard
@@ -60,6 +60,8 @@ def build(settings: Settings) -> tuple[Service, Store]:
     svc = Service(SERVICE, settings)
     store = Store.open(settings.database_url, svc.data_dir, migrate=False)
     api.mount(svc.app, store, settings)
+    svc.app.include_router(api_explain.router)
+    svc.app.include_router(whatif.router)
     mount_dashboard(svc.app, settings)
     return svc, store
 

@@ -103,6 +103,8 @@ node_resources = Table(
     Column("reason", Text, nullable=False),
     Column("written", Boolean, nullable=False),
     Column("metric_ts", BigInteger, nullable=True),
+    Column("inputs", Text, nullable=False, server_default="{}"),  # the slo-controller's inputs (JSON)
+    Column("messages", Text, nullable=False, server_default="[]"),  # its Koordinator-style messages
 )
 
 recommendations = Table(
@@ -131,6 +133,16 @@ events = Table(
     Column("source", String(255), nullable=False),
     sa.Index("ix_events_ts", "ts"),
     sa.Index("ix_events_node_ts", "node", "ts"),
+)
+
+# The last what-if report, one row per file (report.json, report.md, the plots): whatif.py.
+whatif_files = Table(
+    "whatif_files",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("ts", BigInteger, nullable=False),
+    Column("content_type", String(64), nullable=False),
+    Column("content", sa.LargeBinary, nullable=False),
 )
 
 # Every numeric column of a node sample is rolled up as (sum, max) per bucket.

@@ -63,7 +63,7 @@ NODE_METRIC_KEY = ("node", "ts")
 
 NODE_RESOURCE_COLUMNS = (
     "node", "ts", "batch_cpu_milli", "batch_memory_bytes", "mid_cpu_milli", "mid_memory_bytes",
-    "degraded", "reason", "written", "metric_ts",
+    "degraded", "reason", "written", "metric_ts", "inputs", "messages",
 )  # fmt: skip
 NODE_RESOURCE_KEY = ("node", "ts")
 
@@ -195,7 +195,7 @@ def node_resource_row(msg: NodeResource) -> tuple:
         msg.node, msg.ts,
         _opt(msg.batch, "cpu_milli"), _opt(msg.batch, "memory_bytes"),
         _opt(msg.mid, "cpu_milli"), _opt(msg.mid, "memory_bytes"),
-        msg.degraded, msg.reason, msg.written, msg.metric_ts,
+        msg.degraded, msg.reason, msg.written, msg.metric_ts, _json(msg.inputs), _json(msg.messages),
     )  # fmt: skip
 
 
