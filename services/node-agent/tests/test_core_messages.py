@@ -126,3 +126,31 @@ def test_departed_pods_are_dropped():
     h.set_pods([pod("a", "web")])
     assert [p.name for p in h.sample(1000, 10).pods] == ["web"]
     assert [p.name for p in h.node_metric(1000).pods] == ["web"]
+
+
+def test_nodes_sampled_together_aggregate_as_one_and_each_gets_its_own_metric():
+    """node_metrics over several nodes gives each node the NodeMetric it gets alone, and the
+    values a node holds are its own (a node that joined late is aggregated apart)."""
+    from node_agent.core.messages import node_metrics
+
+    cfg = HistoryConfig(collect_interval_s=60, cold_start_s=0)
+    hs = [NodeHistory(f"n{i}", cfg) for i in range(3)]
+    for i, h in enumerate(hs):
+        h.set_node(Resources(8000, 32 * GI), Resources(8000, 32 * GI))
+        h.set_pods([pod(f"p{i}", f"web{i}", cpu=2000), pod(f"b{i}", f"job{i}", priority=5500)][: i + 1])
+    for r in range(1, 32):
+        for i, h in enumerate(hs):
+            if i == 2 and r < 20:
+                continue  # joined late: fewer rounds in its windows
+            h.record(r * 60_000, (1000.0 * (i + 1) + r, float(8 * GI)), {f"p{i}": (100.0 * (i + 1) + r, float(GI)),
+                                                                        f"b{i}": (50.0, float(GI))})
+    now = 31 * 60_000
+    together = node_metrics(hs, now)
+    assert together == [h.node_metric(now) for h in hs]
+    # each node's own numbers: the node average over the last 5 rounds (27..31) and p95 of its pod
+    assert [m.node_usage.cpu_milli for m in together] == [1029, 2029, 3029]
+    assert [len(m.pods) for m in together] == [1, 2, 2]
+    # prod p95 over 30 min (rounds 2..31, 30 samples: index int(30 x 0.95) - 1 = 27 -> round 29) x 1.1
+    assert together[0].prod_peak.cpu_milli == int((100 + 29) * 1.1)
+    # the late node: rounds 20..31, 12 samples: index int(12 x 0.95) - 1 = 10 -> round 30
+    assert together[2].prod_peak.cpu_milli == int((300 + 30) * 1.1)

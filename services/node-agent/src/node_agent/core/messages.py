@@ -16,6 +16,7 @@ as high-priority usage).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -201,7 +202,7 @@ class NodeHistory:
             )
         pods.sort(key=lambda p: (p.namespace, p.name))
         return NodeMetricSample(
-            **self._node_part(now_ms, node_stats),
+            **self._node_part(now_ms, node_stats.avg_rows[0], node_stats.avg_rows[1]),
             window_s=window_s,
             pods=pods,
             extensions=extensions or {},
@@ -214,40 +215,9 @@ class NodeHistory:
         durations_s: tuple[int, ...] = (300, 600, 1800),
         report_interval_s: int = 60,
     ) -> NodeMetric | None:
-        since = now_ms - aggregate_s * 1000
-        main = self._node_averages(since, now_ms)
-        if main is None:
-            return None
-        agg_node: list[AggregatedUsage] = []
-        agg_system: list[AggregatedUsage] = []
-        for d in durations_s:
-            t, v = self.node_ring.window(now_ms - d * 1000, now_ms)
-            st = window_stats(t, v, NODE_ROWS, duration_ms=d * 1000)
-            agg_node.append(_aggregated(st, 0, d))
-            agg_system.append(_aggregated(st, 1, d))
-
-        # a pod's average only: Koordinator's PodMetricInfo has no per-pod percentiles
-        keys, cols = self._live_pod_columns()
-        pod_avg = window_stats(*self.pod_ring.window(since, now_ms), cols, percentiles=False) if keys else None
-        pods: list[PodMetric] = []
-        for i, uid in enumerate(keys):
-            if pod_avg is None or not pod_avg.ok[i]:
-                continue
-            pods.append(PodMetric(**_identity(uid, self.pods[uid]), usage=to_resources(pod_avg.avg_rows[i])))
-        pods.sort(key=lambda p: (p.namespace, p.name))
-        reclaimable, peak = self.prod_prediction(now_ms)
-        return NodeMetric(
-            **self._node_part(now_ms, main),
-            aggregate_duration_s=aggregate_s,
-            report_interval_s=report_interval_s,
-            aggregated_node_usages=agg_node,
-            aggregated_system_usages=agg_system,
-            pods=pods,
-            host_applications=self._host_app_metrics(since, now_ms),
-            prod_reclaimable=reclaimable,
-            prod_peak=peak,
-            numa_zones=self.numa_zones,
-        )
+        """This node's NodeMetric at now_ms (see `node_metrics`); None when it has no usage in
+        the aggregate window."""
+        return node_metrics([self], now_ms, aggregate_s, durations_s, report_interval_s)[0]
 
     def _host_app_metrics(self, since: int, until: int) -> list[HostApplicationMetric]:
         """Each host application with usage in the window: its average, priority class and QoS, by name."""
@@ -267,34 +237,32 @@ class NodeHistory:
         decaying histogram); a prod pod younger than the cold start, or without samples,
         counts by its request and reclaims nothing.
         """
+        keyed = self._prod_columns()
+        ts, values = self.pod_ring.window(now_ms - self.config.pod_history_s * 1000, now_ms)
+        return self._prod_sums(now_ms, keyed, *_prod_quantiles(ts, values[:, [c for _, c in keyed], :]))
+
+    def _prod(self) -> list[PodInfo]:
+        return [p for p in self.pods.values() if p.priority_class in (PriorityClass.PROD, PriorityClass.NONE)]
+
+    def _prod_columns(self) -> list[tuple[PodInfo, int]]:
+        """The prod pods with a history, and their column in the pod ring."""
+        return [(p, self.pod_ring.slot_of(p.uid)) for p in self._prod() if p.uid in self.pod_ring]
+
+    def _prod_sums(self, now_ms: int, keyed: list[tuple[PodInfo, int]], q_cpu: list, q_mem: list
+                   ) -> tuple[Resources, Resources]:
+        """Sum the prod pods: by their quantiles (`q_cpu` / `q_mem` per keyed pod, NaN: none) or,
+        when young or without samples, by request."""
         cfg = self.config
-        prod = [p for p in self.pods.values() if p.priority_class in (PriorityClass.PROD, PriorityClass.NONE)]
-        if not prod:
-            return Resources(), Resources()
-        keyed = [p for p in prod if p.uid in self.pod_ring]
-        ts, values = self.pod_ring.window(now_ms - cfg.pod_history_s * 1000, now_ms)
-        q_cpu: dict[str, float] = {}
-        q_mem: dict[str, float] = {}
-        if keyed and len(ts):
-            cols = np.array([self.pod_ring.slot_of(p.uid) for p in keyed], dtype=np.intp)
-            v = values[:, cols, :]
-            count = (~np.isnan(v)).sum(axis=0)
-            ordered = np.sort(v, axis=0)
-            i95 = np.minimum(percentile_index(count[:, 0], 0.95), np.maximum(count[:, 0] - 1, 0))
-            i98 = np.minimum(percentile_index(count[:, 1], 0.98), np.maximum(count[:, 1] - 1, 0))
-            for j, p in enumerate(keyed):
-                if count[j, 0] and count[j, 1]:
-                    q_cpu[p.uid] = float(ordered[i95[j], j, 0])
-                    q_mem[p.uid] = float(ordered[i98[j], j, 1])
+        quantiles = {p.uid: (c, m) for (p, _), c, m in zip(keyed, q_cpu, q_mem, strict=True)}
         reclaim_cpu = reclaim_mem = peak_cpu = peak_mem = 0
         factor = (100 + cfg.safety_margin_percent) / 100
-        for p in prod:
-            young = now_ms - p.start_ms < cfg.cold_start_s * 1000
-            if young or p.uid not in q_cpu:
+        for p in self._prod():
+            c, m = quantiles.get(p.uid, NAN2)
+            if now_ms - p.start_ms < cfg.cold_start_s * 1000 or math.isnan(c) or math.isnan(m):
                 peak_cpu += p.requests.cpu_milli
                 peak_mem += p.requests.memory_bytes
                 continue
-            pc, pm = int(q_cpu[p.uid] * factor), int(q_mem[p.uid] * factor)
+            pc, pm = int(c * factor), int(m * factor)
             peak_cpu += pc
             peak_mem += pm
             reclaim_cpu += max(p.requests.cpu_milli - pc, 0)
@@ -311,15 +279,15 @@ class NodeHistory:
         stats = window_stats(ts, values, NODE_ROWS, percentiles=False)
         return stats if stats.ok[0] else None
 
-    def _node_part(self, now_ms: int, averages: WindowStats) -> dict:
-        """What the sample and the NodeMetric both say about the node."""
+    def _node_part(self, now_ms: int, node_avg, system_avg) -> dict:
+        """What the sample and the NodeMetric both say about the node (averages as (cpu, memory))."""
         return {
             "ts": now_ms,
             "node": self.node,
             "capacity": self.capacity,
             "allocatable": self.allocatable,
-            "node_usage": to_resources(averages.avg[0]),
-            "system_usage": to_resources(averages.avg[1]),
+            "node_usage": to_resources(node_avg),
+            "system_usage": to_resources(system_avg),
         }
 
     def _live_pod_columns(self) -> tuple[list[str], np.ndarray]:
@@ -336,6 +304,109 @@ class NodeHistory:
             return {}
         st = window_stats(ts, values, cols, percentiles=False)
         return {k: to_resources(st.avg[i]) for i, k in enumerate(keys) if st.ok[i]}
+
+
+def _prod_quantiles(ts: np.ndarray, values: np.ndarray) -> tuple[list, list]:
+    """(p95 cpu, p98 memory) of each column of `values` (n, k, 2) over its samples, NaN for a
+    column without samples of both."""
+    k = values.shape[1]
+    if not k or not len(ts):
+        return [math.nan] * k, [math.nan] * k
+    count = (~np.isnan(values)).sum(axis=0)
+    ordered = np.sort(values, axis=0)
+    i95 = np.minimum(percentile_index(count[:, 0], 0.95), np.maximum(count[:, 0] - 1, 0))
+    i98 = np.minimum(percentile_index(count[:, 1], 0.98), np.maximum(count[:, 1] - 1, 0))
+    both = (count[:, 0] > 0) & (count[:, 1] > 0)
+    cols = np.arange(k)
+    q_cpu = np.where(both, ordered[i95, cols, 0], np.nan)
+    q_mem = np.where(both, ordered[i98, cols, 1], np.nan)
+    return q_cpu.tolist(), q_mem.tolist()
+
+
+def node_metrics(
+    histories: Sequence[NodeHistory],
+    now_ms: int,
+    aggregate_s: int = 300,
+    durations_s: tuple[int, ...] = (300, 600, 1800),
+    report_interval_s: int = 60,
+) -> list[NodeMetric | None]:
+    """The NodeMetric of each history at now_ms (None: no usage in the aggregate window).
+
+    Node and system usage: the average over the aggregate window, and avg/p50/p90/p95/p99 over
+    each of `durations_s` (a window covering less than half its duration has none); each pod's
+    average over the aggregate window; the prod prediction. Histories whose windows hold the
+    same rounds (the nodes one agent samples together) are aggregated as one: their columns are
+    stacked and each statistic is one pass over them all, and a node then reads its rows.
+    """
+    groups: dict[tuple, list[int]] = {}
+    windows = []
+    longest = max(aggregate_s, *durations_s) * 1000 if durations_s else aggregate_s * 1000
+    since = now_ms - aggregate_s * 1000
+    for i, h in enumerate(histories):
+        node_w = h.node_ring.window(now_ms - longest, now_ms)
+        pod_w = h.pod_ring.window(since, now_ms)
+        prod_w = h.pod_ring.window(now_ms - h.config.pod_history_s * 1000, now_ms)
+        windows.append((node_w, pod_w, prod_w))
+        key = (node_w[0].tobytes(), pod_w[0].tobytes(), prod_w[0].tobytes())
+        groups.setdefault(key, []).append(i)
+    out: list[NodeMetric | None] = [None] * len(histories)
+    for members in groups.values():
+        _group_metrics([histories[i] for i in members], [windows[i] for i in members], now_ms, aggregate_s,
+                       durations_s, report_interval_s, members, out)
+    return out
+
+
+def _group_metrics(hs, windows, now_ms, aggregate_s, durations_s, report_interval_s, members, out) -> None:
+    """`node_metrics` for histories whose windows hold the same rounds."""
+    (t, _), (tp, _), (tq, _) = windows[0]
+    k = len(hs)
+    cols2 = np.arange(2 * k)
+    stacked = np.concatenate([v[:, NODE_ROWS, :] for (_, v), _, _ in windows], axis=1)  # node i: cols 2i, 2i+1
+    in_main = t > now_ms - aggregate_s * 1000
+    if not in_main.any():
+        return
+    main = window_stats(t[in_main], stacked[in_main], cols2, percentiles=False)
+    aggs = []
+    for d in durations_s:
+        inside = t > now_ms - d * 1000
+        aggs.append((d, window_stats(t[inside], stacked[inside], cols2, duration_ms=d * 1000)))
+    # pods: every node's live columns side by side, averaged in one pass
+    live = [h._live_pod_columns() for h in hs]
+    offsets = np.cumsum([0] + [len(keys) for keys, _ in live])
+    pod_avg = None
+    if offsets[-1] and len(tp):
+        pods_v = np.concatenate([v[:, cols, :] for (_, (_, v), _), (_, cols) in zip(windows, live, strict=True)], axis=1)
+        pod_avg = window_stats(tp, pods_v, np.arange(offsets[-1]), percentiles=False)
+    prod = [h._prod_columns() for h in hs]
+    prod_off = np.cumsum([0] + [len(c) for c in prod])
+    prod_v = np.concatenate([v[:, [c for _, c in keyed], :] for (_, _, (_, v)), keyed in zip(windows, prod, strict=True)],
+                            axis=1)
+    q_cpu, q_mem = _prod_quantiles(tq, prod_v)
+    since = now_ms - aggregate_s * 1000
+    for j, h in enumerate(hs):
+        if not main.ok[2 * j]:
+            continue
+        pods: list[PodMetric] = []
+        keys = live[j][0]
+        for i, uid in enumerate(keys):  # a pod's average only: Koordinator's PodMetricInfo has no percentiles
+            col = offsets[j] + i
+            if pod_avg is not None and pod_avg.ok[col]:
+                pods.append(PodMetric(**_identity(uid, h.pods[uid]), usage=to_resources(pod_avg.avg_rows[col])))
+        pods.sort(key=lambda p: (p.namespace, p.name))
+        lo, hi = prod_off[j], prod_off[j + 1]
+        reclaimable, peak = h._prod_sums(now_ms, prod[j], q_cpu[lo:hi], q_mem[lo:hi])
+        out[members[j]] = NodeMetric(
+            **h._node_part(now_ms, main.avg_rows[2 * j], main.avg_rows[2 * j + 1]),
+            aggregate_duration_s=aggregate_s,
+            report_interval_s=report_interval_s,
+            aggregated_node_usages=[_aggregated(st, 2 * j, d) for d, st in aggs],
+            aggregated_system_usages=[_aggregated(st, 2 * j + 1, d) for d, st in aggs],
+            pods=pods,
+            host_applications=h._host_app_metrics(since, now_ms),
+            prod_reclaimable=reclaimable,
+            prod_peak=peak,
+            numa_zones=h.numa_zones,
+        )
 
 
 def _aggregated(stats, row: int, duration_s: int) -> AggregatedUsage:

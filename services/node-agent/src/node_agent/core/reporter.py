@@ -16,7 +16,7 @@ from koordcommon.model import PriorityClass, QoSClass
 from koordcommon.resources import Resources
 from koordcommon.schemas import Message, NUMAZone
 
-from .messages import HistoryConfig, NodeHistory, Pair
+from .messages import HistoryConfig, NodeHistory, Pair, node_metrics
 from .pods import PodInfo
 
 
@@ -109,15 +109,12 @@ class Reporter:
                     out.append((subjects.metrics(name), msg))
         if t_ms >= self._next_metric_ms:
             self._next_metric_ms = (t_ms // metric_ms + 1) * metric_ms
-            for name, h in self.nodes.items():
-                msg = h.node_metric(
-                    t_ms,
-                    self.config.aggregate_window_s,
-                    self.config.durations_s,
-                    int(self.config.nodemetric_interval_s),
-                )
-                if msg is not None:
-                    out.append((subjects.nodemetric(name), msg))
+            names = list(self.nodes)
+            metrics = node_metrics(
+                [self.nodes[n] for n in names], t_ms, self.config.aggregate_window_s, self.config.durations_s,
+                int(self.config.nodemetric_interval_s),
+            )  # fmt: skip
+            out.extend((subjects.nodemetric(name), msg) for name, msg in zip(names, metrics, strict=True) if msg)
         return out
 
     def node_names(self) -> Iterable[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 
 from ..model import Processor
@@ -70,7 +71,7 @@ def _pick(k: int, processors: tuple[Processor, ...], num_processors: int) -> tup
     i = 0
     # Taken CPUs only accumulate, so a pair or CPU passed over once never qualifies again: each
     # bucket keeps a cursor and every candidate is looked at once.
-    pairs = [[(a.cpu, c.cpu) for a, c in zip(b, b[1:], strict=False) if a.core == c.core] for b in ordered]
+    pairs = [[(a.cpu, c.cpu) for a, c in itertools.pairwise(b) if a.core == c.core] for b in ordered]
     cursor = [0] * n
     idle_rounds = 0
     while need > 1 and idle_rounds < n:  # phase 1: sibling pairs, one pair per bucket per round
