@@ -474,10 +474,14 @@ def test_suppress_cpuset_never_gives_be_system_or_kubelet_pinned_cpus(system_qos
     files = MemoryCgroupFiles({"cpuset.cpus": "0-15"})
     st = state(suppress_pods(), node=Resources(11000, 20 * GI), files=files)
     st.system_qos_cpus, st.kubelet_pinned_cpus, st.kubelet_cpu_policy = frozenset(system_qos), frozenset(pinned), policy
-    assert cpuset_writes(cpu_suppress.plan(st, slo())) == expected
-    # suppress off: every BE dir back to the full BE cpuset, without them
+    suppressed = cpu_suppress.plan(st, slo())
+    assert cpuset_writes(suppressed) == expected
+    for w in suppressed:
+        files.write(w.rel, w.resource, w.value)
+    # suppress off: every narrowed BE dir back to the full BE cpuset, without them
     full = {(0, 8): "1-7,9-15", (1, 2, 9, 10): "0,3-8,11-15"}.get(system_qos or pinned, "0-15")
-    assert {v for _, v in cpuset_writes(cpu_suppress.plan(st, NodeSLOSpec()))} == {full}
+    restored = cpuset_writes(cpu_suppress.plan(st, NodeSLOSpec()))
+    assert {v for _, v in restored} == {full} and {lvl for lvl, v in restored} == {lvl for lvl, v in expected if v != full}
 
 
 def test_group_identity_on_host_application_dirs():

@@ -85,10 +85,12 @@ def _cpuset_steps(state: QoSState, new: list[int], depths: tuple[int, ...]
     writes = []
     new_s, new_set = format_cpuset(new), set(new)
     dirs = [(d, rel) for d, rel in be_dirs(state) if d in depths]
+    stale = []  # the dirs not holding the new set yet
     for depth, rel in dirs:
         old = state.read(rel, "cpuset.cpus") or ""
         if old == new_s:
-            continue  # already the new set: the union is the new set too
+            continue  # already the new set: nothing to widen or narrow
+        stale.append((depth, rel))
         try:
             old_set = set(parse_cpuset(old))
         except ValueError:
@@ -97,7 +99,7 @@ def _cpuset_steps(state: QoSState, new: list[int], depths: tuple[int, ...]
         if union != new_set and union != old_set:
             writes.append(CgroupWrite(rel, "cpuset.cpus", format_cpuset(union), NAME, ("qos", "pod", "container")[depth]))
     exact = [CgroupWrite(rel, "cpuset.cpus", new_s, NAME, ("qos", "pod", "container")[depth])
-             for depth, rel in reversed(dirs)]
+             for depth, rel in reversed(stale)]
     return writes, exact
 
 
@@ -130,21 +132,15 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
         return writes + _cpuset_writes(state, full)
     # cpuset policy
     old = parse_cpuset(state.read(state.be_dir, "cpuset.cpus") or "")
-    lsr, ls = [], []
     owner: dict[int, str] = {}
     for p in state.pods:
         if p.info.cpuset:
             for c in parse_cpuset(p.info.cpuset):
                 owner[c] = p.raw_qos.value
     excluded = never_be(state)
-    for proc in state.processors:
-        if proc.cpu in excluded:
-            continue
-        q = owner.get(proc.cpu)
-        if q == "LSR":
-            lsr.append(proc)
-        elif q != "LSE":
-            ls.append(proc)
+    free = [proc for proc in state.processors if proc.cpu not in excluded]
+    lsr = [proc for proc in free if owner.get(proc.cpu) == "LSR"] if owner else []
+    ls = [proc for proc in free if owner.get(proc.cpu) not in ("LSR", "LSE")] if owner else free
     n = max(math.ceil(suppress / 1000), BE_MIN_CPUS)
     max_inc = math.ceil(len(state.processors) * 0.1)
     if n - len(old) > max_inc:
