@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .core import wire
+from .core.explain import Decisions, explain_pod
 from .core.extender import VerbResult, filter_request, preempt_request, prioritize_request
 from .core.state import ClusterState
 from .metrics import METRICS
@@ -43,8 +44,10 @@ def _verb(
     run: Callable[[ClusterState, object], VerbResult],
     on_error: Callable[[object | None, str], bytes],
     state: ClusterState,
+    decisions: Decisions | None = None,
 ) -> Callable[[bytes], tuple[int, bytes]]:
-    """The handler of one verb: request body in, (status, reply body) out."""
+    """The handler of one verb: request body in, (status, reply body) out; the pod and its
+    candidates are remembered in `decisions` for explanations."""
     latency, candidates = METRICS.latency[verb], METRICS.candidates[verb]
     requests, filtered = METRICS.requests, METRICS.filtered
     ok, bad, failed = ((verb, outcome) for outcome in ("ok", "bad_request", "error"))
@@ -68,6 +71,9 @@ def _verb(
             log.exception("extender %s failed", verb)
             requests[failed] += 1
             return 200, on_error(args, f"scheduler-extender {verb} failed: {exc}")
+        if decisions is not None and result.pod is not None:
+            decisions.record(verb, state.clock(), result.pod, result.rows, result.names,
+                             result.reasons if verb == "filter" else None, result.passed)  # fmt: skip
         for reason, n in result.reasons.items():
             filtered[reason] += n
         requests[ok] += 1
@@ -96,10 +102,12 @@ def _preempt_error(args, message: str) -> bytes:
 def install(front: PostRoutes, app, state: ClusterState, url_prefix: str = "") -> None:
     """POST <url_prefix>/filter, /prioritize and /preempt on the front; GET /api/v1/summary on the app."""
     prefix = url_prefix.rstrip("/")
-    front.add(f"{prefix}/filter", _verb("filter", wire.decode_extender_args, filter_request, _filter_error, state))
+    decisions = Decisions()
+    front.add(f"{prefix}/filter",
+              _verb("filter", wire.decode_extender_args, filter_request, _filter_error, state, decisions))  # fmt: skip
     front.add(
         f"{prefix}/prioritize",
-        _verb("prioritize", wire.decode_extender_args, prioritize_request, _prioritize_error, state),
+        _verb("prioritize", wire.decode_extender_args, prioritize_request, _prioritize_error, state, decisions),
     )
     front.add(
         f"{prefix}/preempt", _verb("preempt", wire.decode_preemption_args, preempt_request, _preempt_error, state)
@@ -109,6 +117,21 @@ def install(front: PostRoutes, app, state: ClusterState, url_prefix: str = "") -
         return Response(orjson.dumps(state.summary()), media_type=JSON)
 
     app.add_route("/api/v1/summary", summary, methods=["GET"])
+
+    async def explain(request: Request) -> Response:
+        """Each candidate node's verdict per plugin with its numbers, and the score breakdown."""
+        key = f"{request.path_params['namespace']}/{request.path_params['name']}"
+        raw = request.query_params.get("nodes", "10")
+        if not raw.isdigit() or not 1 <= int(raw) <= 5000:
+            return Response(orjson.dumps({"detail": f"nodes: an integer in 1..5000, not {raw!r}"}), 400,
+                            media_type=JSON)  # fmt: skip
+        found = explain_pod(state, decisions, key, int(raw))
+        if found is None:
+            detail = f"pod {key} is unknown to the extender: not asked about since it started, and not bound"
+            return Response(orjson.dumps({"detail": detail}), 404, media_type=JSON)
+        return Response(orjson.dumps(found), media_type=JSON)
+
+    app.add_route("/api/v1/explain/pods/{namespace}/{name}", explain, methods=["GET"])
 
 
 def create_app(state: ClusterState, url_prefix: str = "") -> PostRoutes:

@@ -33,6 +33,12 @@ class VerbResult:
     body: bytes
     reasons: dict[str, int] = field(default_factory=dict)  # nodes filtered, by reason
     candidates: int | None = None  # nodes judged (filter, prioritize)
+    # what explanations remember of the request (core.explain.Decisions): the pod, the
+    # candidates' rows and names, and how many passed the filter
+    pod: PodInfo | None = None
+    rows: np.ndarray | None = None
+    names: list[str] | None = None
+    passed: int | None = None
 
 
 def parse_pod(pod: dict) -> PodRecord:
@@ -60,10 +66,11 @@ def _rows(state: ClusterState, names: list) -> np.ndarray:
         raise WireError("NodeNames must be an array of node names") from None
 
 
-def filter_nodes(state: ClusterState, pod: PodInfo, names: list[str], now_ms: int | None = None) -> FilterOutcome:
-    """Every filter plugin over `names`, in the registry's order."""
+def filter_nodes(state: ClusterState, pod: PodInfo, names: list[str], now_ms: int | None = None,
+                 rows: np.ndarray | None = None) -> FilterOutcome:  # fmt: skip
+    """Every filter plugin over `names` (whose `rows` may be given), in the registry's order."""
     now = state.clock() if now_ms is None else now_ms
-    return run_filter(state.plugins, pod, _rows(state, names), now)
+    return run_filter(state.plugins, pod, _rows(state, names) if rows is None else rows, now)
 
 
 @dataclass(slots=True)
@@ -72,10 +79,12 @@ class Scores:
     outcome: ScoreOutcome  # the weighted 0-100 behind it, and each plugin's part
 
 
-def score_nodes(state: ClusterState, pod: PodInfo, names: list[str], now_ms: int | None = None) -> Scores:
-    """Every scoring plugin over `names`, weighted, mapped to kube-scheduler's 0-10."""
+def score_nodes(state: ClusterState, pod: PodInfo, names: list[str], now_ms: int | None = None,
+                rows: np.ndarray | None = None) -> Scores:  # fmt: skip
+    """Every scoring plugin over `names` (whose `rows` may be given), weighted, mapped to
+    kube-scheduler's 0-10."""
     now = state.clock() if now_ms is None else now_ms
-    outcome = run_score(state.plugins, pod, _rows(state, names), now)
+    outcome = run_score(state.plugins, pod, _rows(state, names) if rows is None else rows, now)
     cfg = state.config
     return Scores(to_extender_scores(outcome.total, cfg.score_mapping, cfg.score_min_span), outcome)
 
@@ -103,11 +112,13 @@ def _filter_reply(args: ExtenderArgs, names: list[str], outcome: FilterOutcome) 
 def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
     info = judged_pod(state, args.pod)
     names = args.candidate_names()
-    outcome = filter_nodes(state, info, names, now)
+    rows = _rows(state, names)
+    outcome = filter_nodes(state, info, names, now, rows)
     if len(outcome.passed) == 1:
         # kube-scheduler skips prioritize when one node is left and binds it directly.
         state.assume(info, names[int(outcome.passed[0])])
-    return VerbResult(_filter_reply(args, names, outcome), outcome.counts(), len(names))
+    return VerbResult(_filter_reply(args, names, outcome), outcome.counts(), len(names), info, rows, names,
+                      len(outcome.passed))  # fmt: skip
 
 
 def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
@@ -115,9 +126,11 @@ def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None 
     names = args.candidate_names()
     if not names:
         return VerbResult(b"[]", candidates=0)
-    scores = score_nodes(state, info, names, now)
+    rows = _rows(state, names)
+    scores = score_nodes(state, info, names, now, rows)
     state.assume(info, names[best_candidate(scores.mapped, scores.outcome.total)])
-    return VerbResult(encode_host_priority_list(names, scores.mapped.tolist()), candidates=len(names))
+    return VerbResult(encode_host_priority_list(names, scores.mapped.tolist()), candidates=len(names), pod=info,
+                      rows=rows, names=names)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- preempt

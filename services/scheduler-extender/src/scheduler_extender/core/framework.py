@@ -8,7 +8,8 @@ the next, and its reason is the first rejection. `run_score` sums the plugins' s
 (as kube-scheduler sums weighted plugin scores) and `to_extender_scores` maps the sum to the
 extender's 0-10.
 
-To answer "why did node X fail?" one reads one plugin: the verdict carries the plugin's name.
+To answer "why did node X fail?" one reads one plugin: the verdict carries the plugin's name,
+and the plugin's `explain` gives the numbers it judged by (`core.explain`).
 
 Plugins judge many nodes at once. A plugin keeps what it needs per node in its own store,
 refreshed from a `NodeView` whenever the node changes (`refresh`), and judges candidate rows
@@ -90,6 +91,11 @@ class NodeView:
         return self.record is not None or self.metric is not None or self.node_resource is not None
 
 
+def amounts(r: Resources) -> dict[str, int]:
+    """Resources as explanations print them (the collector's REST shape)."""
+    return {"cpu_milli": r.cpu_milli, "memory_bytes": r.memory_bytes}
+
+
 # --------------------------------------------------------------------------- what plugins return
 
 
@@ -134,6 +140,10 @@ class Plugin(Protocol):
 
     def score(self, pod: PodInfo, rows: np.ndarray, now_ms: int, store: Any = None) -> np.ndarray | None:
         """0-100 per row, NO_SCORE where the plugin cannot rate a node; None: no opinion at all."""
+
+    def explain(self, pod: PodInfo, view: NodeView, now_ms: int) -> dict[str, Any]:
+        """The numbers behind this plugin's verdict and score for one node (`koordctl explain
+        pod`): what it compared, with what. The verdict itself comes from `filter`."""
 
 
 # --------------------------------------------------------------------------- running them
@@ -199,20 +209,23 @@ class ScoreOutcome:
     by_plugin: dict[str, np.ndarray]  # each scoring plugin's 0-100 (explanations)
 
 
-def run_score(plugins: Sequence[Plugin], pod: PodInfo, rows: np.ndarray, now_ms: int) -> ScoreOutcome:
+def run_score(
+    plugins: Sequence[Plugin], pod: PodInfo, rows: np.ndarray, now_ms: int, stores: Sequence[Any] | None = None
+) -> ScoreOutcome:
     """sum(w x score) / sum(w) over the plugins that rated each node (kube-scheduler sums
     weighted scores; dividing by the weights that took part keeps the 0-100 range, so a
-    plugin with no score for a node does not pull it down). Rows < 0 get NO_SCORE."""
+    plugin with no score for a node does not pull it down). Rows < 0 get NO_SCORE.
+    `stores` (one per plugin) judge scratch stores instead of the live ones, as in run_filter."""
     known = rows >= 0
     some_unknown = not known.all()
     safe = np.where(known, rows, 0) if some_unknown else rows
     total = np.zeros(len(rows), dtype=np.int64)
     weights = np.zeros(len(rows), dtype=np.int64)
     by_plugin: dict[str, np.ndarray] = {}
-    for plugin in plugins:
+    for k, plugin in enumerate(plugins):
         if plugin.weight <= 0:
             continue
-        s = plugin.score(pod, safe, now_ms)
+        s = plugin.score(pod, safe, now_ms, None if stores is None else stores[k])
         if s is None:
             continue
         if some_unknown:

@@ -32,6 +32,10 @@ class NodeKnown(ColumnPlugin):
     def row_values(self, view: NodeView) -> list[int]:
         return [int(view.known)]
 
+    def explain(self, pod: PodInfo, view: NodeView, now_ms: int) -> dict[str, Any]:
+        return {"node": view.record is not None, "node_metric": view.metric is not None,
+                "node_resource": view.node_resource is not None, "fail_unknown_nodes": self.fail_unknown_nodes}  # fmt: skip
+
     def filter(self, pod: PodInfo, rows: np.ndarray, now_ms: int, store: Any = None) -> Verdict:
         """Rows < 0 are names the extender has no row for at all."""
         if not self.fail_unknown_nodes:

@@ -28,7 +28,7 @@ from koordcommon.model import is_prod
 from koordcommon.resources import ZERO, Resources
 from koordcommon.schemas import NodeMetric
 
-from ..framework import NO_SCORE, ColumnPlugin, Columns, NodeView, PodInfo, Verdict
+from ..framework import NO_SCORE, ColumnPlugin, Columns, NodeView, PodInfo, Verdict, amounts
 
 NAME = "LoadAwareScheduling"
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
@@ -388,6 +388,45 @@ class LoadAware(ColumnPlugin):
             expire_at,
             valid_until,
         ]
+
+    def explain(self, pod: PodInfo, view: NodeView, now_ms: int) -> dict[str, Any]:
+        """Estimated usage against the threshold per resource, the metric's age, and the
+        least-used score's inputs: what `filter` and `score` judged this node by."""
+        args = self.args
+        if pod.daemonset:
+            return {"note": "DaemonSet pods pass the load checks"}
+        p = node_profile(_annotation(view), args)
+        load = self.load(view, (p.aggregation_type, p.aggregated_duration_s))
+        alloc = view.allocatable
+        out: dict[str, Any] = {
+            "estimate": amounts(pod.estimate),
+            "allocatable": amounts(alloc),
+            "threshold_source": "node annotation " + ANNOTATION_USAGE_THRESHOLDS if _annotation(view) else "arguments",
+        }
+        if not load.has_metric:
+            out["note"] = "no NodeMetric for this node: load-aware checks are skipped (as in Koordinator)"
+            return out
+        age_s = (now_ms - load.update_ms) / 1000 if load.update_ms > 0 else None
+        out["metric"] = {"update_ms": load.update_ms, "age_s": age_s, "expiration_s": args.node_metric_expiration_s,
+                         "expired": load.update_ms <= 0 or load.update_ms + args.node_metric_expiration_s * 1000 <= now_ms,
+                         "filter_expired": args.filter_expired_node_metrics}  # fmt: skip
+        if p.aggregation_type and p.aggregated.enabled:
+            kind, used, thr = f"aggregated {p.aggregation_type}", load.agg_filter, p.aggregated
+        elif pod.is_prod and p.prod.enabled:
+            kind, used, thr = "prodUsageThresholds over prod usage", load.prod, p.prod
+        else:
+            kind, used, thr = "usageThresholds", load.exist, p.usage
+        out["judged_by"] = kind
+        out["node_usage"] = amounts(view.metric.node_usage) if view.metric is not None else None
+        out["pending_estimates"] = len(load.pending)  # pods counted by estimate, not yet in the metric
+        for res, u, e, a, t in (
+            ("cpu", used.cpu_milli, pod.estimate.cpu_milli, alloc.cpu_milli, thr.cpu),
+            ("memory", used.memory_bytes, pod.estimate.memory_bytes, alloc.memory_bytes, thr.memory),
+        ):
+            pct = usage_percent(u + e, a) if a > 0 else None
+            out[res] = {"used": u, "estimate": e, "allocatable": a, "percent": pct, "threshold": t or None,
+                        "over": bool(t and pct is not None and pct > t)}  # fmt: skip
+        return out
 
     def filter(self, pod: PodInfo, rows: np.ndarray, now_ms: int, store: Any = None) -> Verdict:
         """PASS, EXPIRED or the first resource over its threshold (cpu before memory, as

@@ -19,7 +19,7 @@ import numpy as np
 from koordcommon.resources import Resources, sum_resources
 
 from .. import reservation as rsv
-from ..framework import NodeView, PodInfo, Verdict
+from ..framework import NodeView, PodInfo, Verdict, amounts
 
 NAME = "Reservation"
 NO_AFFINITY_MATCH = "node(s) didn't match the pod's reservation affinity"
@@ -59,6 +59,24 @@ class Reservation:
 
     def scratch(self, views: list[NodeView]) -> dict[int, NodeReservations]:
         return {i: held for i, v in enumerate(views) if (held := _of(v)) is not None}
+
+    def explain(self, pod: PodInfo, view: NodeView, now_ms: int) -> dict[str, Any]:
+        """The reservations held on the node, which the pod may use, and the room it is judged in."""
+        held = _of(view)
+        out: dict[str, Any] = {"affinity_required": pod.reservation_affinity}
+        if held is None:
+            out["reservations"] = []
+            return out
+        verdict = held.judge(pod, now_ms)
+        out.update({
+            "allocatable": amounts(held.allocatable), "requested": amounts(held.requested),
+            "pod_request": amounts(pod.request), "fits": verdict.fits, "reason": verdict.reason or None,
+            "matched": [r.name for r in verdict.matched],
+            "reservations": [{"name": r.name, "active": r.active(now_ms), "owner_match": r.matches(pod.record),
+                              "allocatable": amounts(r.allocatable), "allocated": amounts(r.allocated)}
+                             for r in held.reservations],
+        })  # fmt: skip
+        return out
 
     def filter(self, pod: PodInfo, rows: np.ndarray, now_ms: int, store: Any = None) -> Verdict:
         nodes: dict[int, NodeReservations] = self.nodes if store is None else store

@@ -17,7 +17,7 @@ from koordcommon import resources as rn
 from koordcommon.records import PodRecord
 from koordcommon.resources import ZERO, Resources, sum_resources
 
-from ..framework import ColumnPlugin, Columns, NodeView, PodInfo, Verdict
+from ..framework import ColumnPlugin, Columns, NodeView, PodInfo, Verdict, amounts
 
 NAME = "BatchMidFit"
 BATCH_CPU_SHORT, BATCH_MEM_SHORT, MID_CPU_SHORT, MID_MEM_SHORT = 1, 2, 3, 4
@@ -59,6 +59,25 @@ class BatchMidFit(ColumnPlugin):
         batch_free = batch - sum_resources(p.batch for p in view.pods)
         mid_free = mid - sum_resources(p.mid for p in view.pods)
         return [batch_free.cpu_milli, batch_free.memory_bytes, mid_free.cpu_milli, mid_free.memory_bytes]
+
+    def explain(self, pod: PodInfo, view: NodeView, now_ms: int) -> dict[str, Any]:
+        """Per tier the pod asks for: the node's allocatable (and where it comes from), what its
+        pods requested of it, the room left and the pod's request."""
+        if pod.batch.is_zero() and pod.mid.is_zero():
+            return {"note": "the pod asks no batch or mid resources"}
+        batch, mid = tier_allocatable(view)
+        source = ("NodeResource" if view.node_resource is not None
+                  else "node status" if view.record is not None else "none")  # fmt: skip
+        out: dict[str, Any] = {"source": source}
+        for tier, alloc, asked, used in (("batch", batch, pod.batch, sum_resources(p.batch for p in view.pods)),
+                                         ("mid", mid, pod.mid, sum_resources(p.mid for p in view.pods))):  # fmt: skip
+            if asked.is_zero():
+                continue
+            free = alloc - used
+            out[tier] = {"allocatable": amounts(alloc), "requested": amounts(used), "free": amounts(free),
+                         "pod": amounts(asked), "fits": free.cpu_milli >= asked.cpu_milli
+                         and free.memory_bytes >= asked.memory_bytes}  # fmt: skip
+        return out
 
     def filter(self, pod: PodInfo, rows: np.ndarray, now_ms: int, store: Any = None) -> Verdict:
         if pod.batch.is_zero() and pod.mid.is_zero():
