@@ -199,6 +199,8 @@ class Replay:
             for res in await self.scheduler.schedule_pending():
                 if res.node is not None:
                     self.jobs.started(f"{res.namespace}/{res.name}", t_ms)
+                elif not res.error:
+                    self.ledger.unschedulable(res.reasons)
             await cluster.settle()
         if self.descheduler is not None and t_ms % int(self.cfg.descheduler_interval_s * 1000) < self.tick_s * 1000:
             report = await self.descheduler.run_round(t_ms)

@@ -4,7 +4,9 @@ Per tick and node (arrays of shape ticks x nodes): the batch allocatable the nod
 status, as kube-scheduler sees it), the CPU and memory the online pods and the batch pods used
 (what ran: BestEffort pods held to what CPU suppress granted), the CPU the batch pods asked for,
 and the node's CPU suppress threshold. Per batch pod: when it arrived, was queued, started and
-ended, the CPU it used and how it ended. Evictions and migrations are counted by cause.
+ended, the CPU it used and how it ended. Evictions and migrations are counted by cause, and
+scheduling attempts that found no node by what each node answered (which resource holds the
+batch work back).
 
 The figures (`summary`) are over node-minutes; percentages are of node capacity.
 """
@@ -31,6 +33,8 @@ class Ledger:
     times: list[int] = field(default_factory=list)
     pods: dict[str, PodLife] = field(default_factory=dict)
     evictions: Counter = field(default_factory=Counter)  # cause -> pods evicted
+    held_back: Counter = field(default_factory=Counter)  # why a node refused a batch pod -> node verdicts
+    failed_attempts: int = 0  # scheduling attempts that found no node
     SERIES = (
         "batch_alloc_cpu", "batch_alloc_mem",  # what the node offered (status), milli-cores / bytes
         "online_cpu", "online_mem",  # what the online pods used
@@ -47,6 +51,14 @@ class Ledger:
         self.times.append(t_ms)
         for s in self.SERIES:
             self.rows[s].append(np.asarray(values[s], dtype=np.float64))
+
+    def unschedulable(self, reasons: dict[str, str]) -> None:
+        """A batch pod no node took: each node's reason counts once (a node naming two
+        resources counts for both)."""
+        self.failed_attempts += 1
+        for text in reasons.values():
+            for part in {r.strip().removeprefix("node(s) ") for r in text.split(",") if r.strip()}:
+                self.held_back[part] += 1
 
     def series(self, name: str) -> np.ndarray:
         rows = self.rows[name]
@@ -100,6 +112,8 @@ class Ledger:
                 "node_minutes_over_memory_capacity": _f(over_cap_m),
             },
             "be_cpu_seconds_suppressed": _f(suppressed),
+            "unschedulable_attempts": self.failed_attempts,
+            "held_back_by": _shares(self.held_back),
             "evictions": dict(sorted(self.evictions.items())),
             "utilisation_cpu_pct": {
                 "mean": _f(util.mean()) if ticks else math.nan,
@@ -124,6 +138,12 @@ class Ledger:
         out["hours"] = [self.times[i * per_hour] for i in range(n)]
         out["capacity_cpu"] = self.capacity_cpu.tolist()
         return out
+
+
+def _shares(counts: Counter, top: int = 4) -> dict[str, float]:
+    """The most frequent reasons, each as a share (0-1) of all node verdicts."""
+    total = sum(counts.values())
+    return {k: round(v / total, 4) for k, v in counts.most_common(top)} if total else {}
 
 
 def _f(x: float) -> float:

@@ -23,6 +23,7 @@ COLUMNS = (
     ("batch CPU used %", "batch_used"),
     ("batch CPU-h done", "done"),
     ("queue delay p50 / p95", "delay"),
+    ("held back by", "held_back"),
     ("over threshold node-min", "over_thr"),
     ("over capacity node-min (cpu / mem)", "over_cap"),
     ("BE CPU-s suppressed", "suppressed"),
@@ -44,13 +45,22 @@ def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else (f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h")
 
 
+def _held_back(shares: dict[str, float]) -> str:
+    """The reason nodes refused batch pods most often, short: `batch-memory 92 %`."""
+    if not shares:
+        return "-"
+    reason, share = next(iter(shares.items()))
+    short = reason.replace("Insufficient koordinator.sh/", "").replace("Insufficient ", "")
+    return f"{short} {share:.0%}".replace("%", " %")
+
+
 def row(run: ConfigRun) -> dict[str, str]:
     s = run.summary
     ev = s["evictions"]
     qos = sum(v for k, v in ev.items() if k.startswith("qos:"))
     if s["baseline"]:
-        batch = dict.fromkeys(("reclaimed_cpu", "reclaimed_mem", "batch_used", "done", "delay", "suppressed",
-                               "evictions", "loops"), "-")  # fmt: skip
+        batch = dict.fromkeys(("reclaimed_cpu", "reclaimed_mem", "batch_used", "done", "delay", "held_back",
+                               "suppressed", "evictions", "loops"), "-")  # fmt: skip
     else:
         rc, rm = s["reclaimed_cpu_pct"], s["reclaimed_memory_pct"]
         batch = {
@@ -59,6 +69,7 @@ def row(run: ConfigRun) -> dict[str, str]:
             "batch_used": _num(s["batch_cpu_used_pct"]),
             "done": _num(s["batch_cpu_hours_completed"], 0),
             "delay": f"{_duration(s['queueing_delay_s']['p50'])} / {_duration(s['queueing_delay_s']['p95'])}",
+            "held_back": _held_back(s.get("held_back_by") or {}),
             "suppressed": _num(s["be_cpu_seconds_suppressed"], 0),
             "evictions": f"{qos} / {ev.get('descheduler', 0)}",
             "loops": str(run.loops),
@@ -140,14 +151,21 @@ def write(runs: Sequence[ConfigRun], scenario: dict[str, Any], out: Path) -> dic
     out.mkdir(parents=True, exist_ok=True)
     doc = report_doc(runs, scenario)
     paths = {"json": out / "report.json", "markdown": out / "report.md"}
-    paths["json"].write_text(json.dumps(doc, indent=1, allow_nan=False, default=_nan_free))
+    paths["json"].write_text(json.dumps(finite(doc), indent=1, allow_nan=False))
     paths["markdown"].write_text(markdown(doc, runs))
     paths.update(plots(runs, doc, out))
     return paths
 
 
-def _nan_free(x: Any) -> Any:
-    return None
+def finite(x: Any) -> Any:
+    """`x` with every NaN or infinite float as null (JSON has no NaN: a figure without data)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [finite(v) for v in x]
+    return x
 
 
 def markdown(doc: dict[str, Any], runs: Sequence[ConfigRun]) -> str:
