@@ -522,5 +522,5 @@ def labels_text(labels: dict[str, str]) -> str:
 
 __all__ = [
     "COLUMNS", "FORMAT_VERSION", "NODES", "NODE_USAGE", "POD_USAGE", "TABLES", "History", "HistoryError", "HistoryNode",
-    "HistoryPod", "Series", "csv_text", "find_tables", "is_online", "labels_text", "read_history",
+    "HistoryPod", "Series", "csv_text", "find_tables", "is_online", "labels_text", "parse_ts", "read_history",
 ]  # fmt: skip

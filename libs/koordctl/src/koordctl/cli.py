@@ -23,7 +23,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
-from . import render
+from . import history_cmd, render
 from .launcher import SERVICES, DemoPlan
 
 app = typer.Typer(help="Run and inspect the colocation system.", no_args_is_help=True)
@@ -508,6 +508,9 @@ def events(
         raise _fail(str(exc), 2) from None
     except Exception as exc:  # noqa: BLE001 - NATS down or refusing: one line, exit 2
         raise _fail(f"cannot follow events on {url}: {exc.__class__.__name__}: {exc}") from None
+
+
+history_cmd.register(app)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,9 @@ def mount(app: FastAPI, store: Store, settings: Settings) -> None:
     app.state.settings = settings
     app.add_exception_handler(QueryError, _bad_parameter)
     app.include_router(router)
+    from . import api_history  # it reads the store through this module's dependencies
+
+    app.include_router(api_history.router)
 
 
 async def _bad_parameter(request: Request, exc: QueryError) -> JSONResponse:
