@@ -1,0 +1,109 @@
+"""The what-if replay's speed: simulated node-minutes per second of one core, against a floor.
+
+The replay runs the services' own code for every node every simulated minute (agent
+aggregation and QoS, the slo-controller, the extender behind kube-scheduler's cycles, the
+descheduler, the batch driver). The floor is a bare numpy pass over the same usage arrays:
+every online pod's traced usage at each minute gathered in one vectorised read, summed per node
+and compared with a threshold, with nothing decided. The ratio says how much each simulated
+node-minute costs beyond reading its data.
+
+Cases (issue: the what-if replay):
+* `machines`: the 14 Alibaba 2018 machines x 8 days with the default configuration; target
+  under 60 s of one core (>= 2,688 node-minutes/s);
+* `synthetic`: 4,000 nodes (the real machines' series shifted in time, labelled as such) x 24 h;
+  target under 10 min (>= 9,600 node-minutes/s). `--hours` replays a shorter span and states
+  the rate, which is what the target is judged by (the cost per node-minute does not grow with
+  the span once the batch backlog has formed).
+
+Times are process CPU seconds (`time.process_time`): one core, whatever else the machine runs.
+
+    .venv/bin/python bench/whatif.py [--case machines|synthetic|both] [--hours H] [--nodes N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+# Run as a script, this file's folder comes first on sys.path, and its neighbours (node_agent.py,
+# slo_controller.py) would shadow the services' packages the replay imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import numpy as np  # noqa: E402
+
+
+def floor_rate(spec, hours: float, tick_s: int = 60) -> float:
+    """Node-minutes per CPU second of the bare pass over the scenario's usage arrays."""
+    from koordsim.state import SimState
+
+    state = SimState.from_spec(spec)
+    nodes = sorted(state.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    pods = [p for p in state.pods.values() if p.node_name]
+    ps = state.usage.compile(pods)
+    where = np.array([index[n] for n in ps.nodes], dtype=np.int64)
+    threshold = np.array([state.nodes[n].capacity.get("cpu", 0) * 0.65 for n in nodes])
+    ticks = int(hours * 3600 // tick_s)
+    start = spec.start_ms or 0
+    over = 0
+    t0 = time.process_time()
+    for k in range(1, ticks + 1):
+        cpu, _ = state.usage.evaluate(ps, start + k * tick_s * 1000)
+        over += int((np.bincount(where, weights=cpu, minlength=len(nodes)) > threshold).sum())
+    spent = max(time.process_time() - t0, 1e-9)
+    return ticks * len(nodes) * tick_s / 60 / spent
+
+
+def replay_rate(spec, hours: float) -> tuple[float, float, dict]:
+    """(node-minutes per CPU second, CPU seconds, the summary) of the default configuration."""
+    from koordwhatif.config import WhatIfConfig
+    from koordwhatif.engine import replay
+
+    t0 = time.process_time()
+    result = replay(spec, WhatIfConfig(), duration_s=int(hours * 3600), progress=_progress)
+    spent = time.process_time() - t0
+    summary = result.summary()
+    print(file=sys.stderr)
+    return summary["node_minutes"] / spent, spent, summary
+
+
+def _progress(done: int, total: int) -> None:
+    if done % max(total // 50, 1) == 0 or done == total:
+        print(f"\r  {done}/{total} ticks", end="", file=sys.stderr, flush=True)
+
+
+def run_case(name: str, nodes: int, hours: float, target_s: float, target_hours: float) -> float:
+    from koordwhatif.scenario import spec_for
+
+    spec, about = spec_for("alibaba2018", nodes=nodes)
+    print(f"\n== {name}: {about['title']}, {hours:g} h simulated; traces: {about['traces']}")
+    floor = floor_rate(spec, min(hours, 24))
+    rate, spent, s = replay_rate(spec, hours)
+    n = spec.nodes
+    needed = n * target_hours * 60 / target_s
+    print(f"replay: {s['node_minutes']:,.0f} node-minutes in {spent:.1f} CPU s = {rate:,.0f} node-minutes/s")
+    print(f"floor (bare numpy pass over the same usage): {floor:,.0f} node-minutes/s; replay / floor = {rate / floor:.4f}")
+    print(f"target: {n} nodes x {target_hours:g} h in {target_s:.0f} s of one core = {needed:,.0f} node-minutes/s; "
+          f"replay / target = {rate / needed:.2f} ({'met' if rate >= needed else 'not met'}); "
+          f"{n} x {target_hours:g} h would take {n * target_hours * 60 / rate:,.0f} s")
+    print(f"  figures of this run: reclaimed CPU mean {s['reclaimed_cpu_pct']['mean']:.1f} %, batch CPU used "
+          f"{s['batch_cpu_used_pct']:.1f} %, pods {s['batch_pods']}")
+    return rate / needed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=("machines", "synthetic", "both"), default="machines")
+    ap.add_argument("--hours", type=float, default=0, help="simulated hours (0: the case's own: 192 / 24)")
+    ap.add_argument("--nodes", type=int, default=4000, help="synthetic case: nodes")
+    args = ap.parse_args()
+    if args.case in ("machines", "both"):
+        run_case("machines", 0, args.hours or 192, 60, 192)
+    if args.case in ("synthetic", "both"):
+        run_case("synthetic", args.nodes, args.hours or 24, 600, 24)
+
+
+if __name__ == "__main__":
+    main()
