@@ -160,6 +160,16 @@ def test_round_moves_pods_until_the_hot_node_is_under_high():
     assert moved == ["b5", "b4", "b3"]
     assert all(m.target in ("cold-a", "cold-b") for m in plan.migrations)
     assert "web" not in moved
+    # each migration carries what it read: usage against the threshold as it stood then, the
+    # victim order on the node (batch before prod, newest first), the targets' room
+    first, third = plan.migrations[0].inputs, plan.migrations[2].inputs
+    assert (first["usage"]["cpu"], first["high"]["cpu"], first["usage_percent"]["cpu"]) == (9000, 7500, 90.0)
+    assert third["usage"]["cpu"] == 9000 - 2 * 600
+    assert first["high_threshold_percent"]["cpu"] == 75.0
+    assert [v["pod"] for v in first["victim_order"]] == [
+        "default/b5", "default/b4", "default/b3", "default/b2", "default/b1", "default/b0", "default/web"]
+    assert first["victim_order"][0]["usage"]["cpu_milli"] == 600 and first["pass"] == "node"
+    assert first["room"]["cpu"] > third["room"]["cpu"]
 
 
 def test_round_waits_for_anomaly_condition():

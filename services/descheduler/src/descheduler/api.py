@@ -60,3 +60,25 @@ async def jobs(
         raise HTTPException(status_code=503, detail="the descheduler is starting")
     items = [_job(j) for j in desched.jobs.values()] + [_job(j) for j in reversed(desched.finished)]
     return {"total": len(items), "offset": offset, "items": items[offset : offset + limit]}
+
+
+@router.get("/explain/pods/{namespace}/{name}")
+async def explain_pod(request: Request, namespace: str, name: str) -> dict:
+    """What the descheduler decided about one pod: the last round's migration of it (with the
+    source's usage against its thresholds, the victim order and the targets' room) or why it was
+    skipped, and its migration jobs."""
+    key = f"{namespace}/{name}"
+    report = getattr(request.app.state, "last_report", None)
+    desched = getattr(request.app.state, "descheduler", None)
+    decisions = []
+    if report is not None:
+        plan = report.plan
+        decisions += [{"kind": "migration", "source": m.source, "target": m.target, "reason": m.reason,
+                       "outcome": report.outcomes.get(m.pod.key), "inputs": m.inputs}
+                      for m in plan.migrations if m.pod.key == key]  # fmt: skip
+        decisions += [{"kind": "skipped", "node": s.node, "reason": s.reason} for s in plan.skipped if s.pod_key == key]
+    if desched is not None:
+        for job in [*desched.jobs.values(), *reversed(desched.finished)]:
+            if job.pod_key == key:
+                decisions.append({"kind": "job", **_job(job), "inputs": job.migration.inputs})
+    return {"pod": key, "ran": report is not None, "decisions": decisions}

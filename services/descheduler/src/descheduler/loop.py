@@ -225,7 +225,7 @@ class Descheduler:
         target = self._target(m)
         if self.dry_run:
             DECISIONS.labels("dry-run").inc()
-            await self._event(m.source, "would-evict", m.reason, target, dry_run=True)
+            await self._event(m.source, "would-evict", m.reason, target, dry_run=True, details=m.inputs)
             return "dry-run"
         if pod is None or pod.uid != m.pod.uid:
             return "not_found"
@@ -254,7 +254,8 @@ class Descheduler:
                 return "reservation-failed"
             RESERVATIONS.labels("created").inc()
             job.phase, job.reservation = mig.RESERVING, name
-            await self._event(m.source, "reservation-created", m.reason, {**target, "reservation": name})
+            await self._event(m.source, "reservation-created", m.reason, {**target, "reservation": name},
+                              details=m.inputs)
         await self._step(job, pod, pods)
         if job.evicted_s is not None:
             return "evicted"
@@ -367,7 +368,7 @@ class Descheduler:
             self.departed[pod.uid] = self.clock()
             self.object_limiters.track(m.pod.workload, m.pod.namespace,
                                        replicas_by_workload(pods).get(m.pod.workload), self.clock())
-            await self._event(m.source, "evicted", m.reason, target)
+            await self._event(m.source, "evicted", m.reason, target, details=m.inputs)
             return
         if outcome is EvictionOutcome.BLOCKED:
             # A PodDisruptionBudget said no: leave the pod alone until the server's retry is due.
@@ -408,12 +409,12 @@ class Descheduler:
         return {"namespace": m.pod.namespace, "name": m.pod.name, "uid": m.pod.uid, "target_node": m.target,
                 "workload": m.pod.workload}
 
-    async def _event(self, node: str, action: str, reason: str, target: dict, dry_run: bool = False) -> None:
+    async def _event(self, node: str, action: str, reason: str, target: dict, dry_run: bool = False,
+                     details: dict | None = None) -> None:  # fmt: skip
         if self.bus is None:
             return
-        ev = self.bus.stamp(
-            Event(kind=subjects.EVENT_DESCHEDULE, node=node, action=action, reason=reason, dry_run=dry_run, target=target)
-        )
+        ev = self.bus.stamp(Event(kind=subjects.EVENT_DESCHEDULE, node=node, action=action, reason=reason,
+                                  dry_run=dry_run, target=target, details=details or {}))  # fmt: skip
         try:
             await self.bus.publish(subjects.event(subjects.EVENT_DESCHEDULE, node), ev)
         except Exception:  # an event that cannot be published must not stop the round

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from koordcommon.model import QOS_RANK, KubeQoS, PriorityClass, QoSClass, is_prod
 from koordcommon.resources import Resources
@@ -124,6 +125,9 @@ class Migration:
     target: str
     reason: str
     prod_pass: bool = False
+    # what the decision read (explanations): the source's usage against its thresholds, the
+    # victim order on it, and the targets' room when the pod was picked
+    inputs: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -613,6 +617,14 @@ def victims_on(
     return [(p, target_of[p.key]) for p in order], skipped
 
 
+def _load(x: Load) -> dict[str, int]:
+    return {"cpu": x.cpu, "memory": x.memory, "pods": x.pods}
+
+
+def _amounts(r: Resources | None) -> dict[str, int] | None:
+    return None if r is None else {"cpu_milli": r.cpu_milli, "memory_bytes": r.memory_bytes}
+
+
 def room_used_up(room: Load, resources: tuple[str, ...] = ("cpu", "memory")) -> bool:
     """Koordinator's continueEviction stops as soon as any resource of the targets' room is gone."""
     return any(room[r] <= 0 for r in resources)
@@ -640,6 +652,8 @@ def evict_from(
     puts its requests on the target. Returns the room left."""
     measured = ps.measured(source)
     limit = ps.high[source.name]
+    order = [{"pod": p.key, "usage": _amounts(p.usage), "priority_class": p.priority_class.value,
+              "priority": p.priority, "qos": p.qos.value} for p, _ in victims]  # fmt: skip
     for p, target in victims:
         if not is_over(measured, limit, ps.resources):
             # back under its threshold: the node counts its hot rounds afresh (Koordinator resets it)
@@ -656,7 +670,15 @@ def evict_from(
             rnd.plan.skipped.append(Skip(p.key, source.name, refusal))
             continue
         reason = overutilized_reason(ps, source, measured)
-        rnd.plan.migrations.append(Migration(p, source.name, target.name, reason, ps.prod))
+        inputs = {
+            "pass": "prod" if ps.prod else "node",
+            "usage": _load(measured), "allocatable": _load(source.allocatable),
+            "usage_percent": {r: round(v, 2) for r, v in usage_percent(source.allocatable, measured).items()
+                              if r in ps.resources},
+            "high_threshold_percent": {r: ps.thresholds[r] for r in ps.resources if r in ps.thresholds},
+            "high": _load(limit), "room": _load(room), "victim_order": order,
+        }  # fmt: skip
+        rnd.plan.migrations.append(Migration(p, source.name, target.name, reason, ps.prod, inputs))
         rnd.counter.add(p.node, p.namespace, p.workload)
         moved = p.moved
         measured = measured - moved
