@@ -32,6 +32,7 @@ from nats.js.kv import KeyValue
 from prometheus_client import Counter
 
 from . import subjects
+from .natsauth import BusCredentials, redact_url
 from .schemas import DeadLetter, Message, SchemaError, decode, now_ms
 from .subjects import StreamSpec
 
@@ -147,11 +148,17 @@ class Bus:
         *,
         publish_timeout_s: float = 5.0,
         reconnect_wait_s: float = 0.5,
+        credentials: BusCredentials | None = None,
+        node: str | None = None,
     ) -> None:
+        """`credentials`: the nkey seed and TLS files (natsauth); `node`: the node a node agent
+        speaks for, which names its reply inbox (`subjects.inbox_prefix`)."""
         subjects.validate_token(service)
         if namespace:
             subjects.validate_token(namespace)
         self.url = url
+        self.credentials = credentials or BusCredentials()
+        self.inbox = subjects.inbox_prefix(service, node)
         self.service = service
         self.namespace = namespace
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
@@ -205,6 +212,7 @@ class Bus:
             "disconnected_cb": self._on_disconnected,
             "reconnected_cb": self._on_reconnected,
             "closed_cb": self._on_closed,
+            **self.credentials.connect_options(self.inbox),
         }
         try:
             if timeout_s is None:
@@ -213,10 +221,10 @@ class Bus:
                 await asyncio.wait_for(nc.connect(**opts), timeout_s)
         except TimeoutError:
             await nc.close()
-            raise BusError(f"NATS at {self.url} did not answer within {timeout_s} s") from None
+            raise BusError(f"NATS at {redact_url(self.url)} did not answer within {timeout_s} s") from None
         self._nc = nc
         self._js = nc.jetstream(timeout=self.publish_timeout_s)
-        log.info("bus connected", extra={"url": self.url, "namespace": self.namespace, "source": self.source})
+        log.info("bus connected", extra={"url": redact_url(self.url), "namespace": self.namespace, "source": self.source})
         return self
 
     async def close(self) -> None:
@@ -249,23 +257,23 @@ class Bus:
         now = time.monotonic()
         if now - self._last_error_log >= 10:
             self._last_error_log = now
-            log.warning("bus connection error", extra={"url": self.url, "error": repr(exc)})
+            log.warning("bus connection error", extra={"url": redact_url(self.url), "error": repr(exc)})
 
     async def _on_disconnected(self) -> None:
         if self._nc is not None:  # not a close() we asked for
-            log.warning("bus disconnected", extra={"url": self.url})
+            log.warning("bus disconnected", extra={"url": redact_url(self.url)})
 
     async def _on_reconnected(self) -> None:
         self.reconnects += 1
-        log.info("bus reconnected", extra={"url": self.url, "reconnects": self.reconnects})
+        log.info("bus reconnected", extra={"url": redact_url(self.url), "reconnects": self.reconnects})
 
     async def _on_closed(self) -> None:
-        log.info("bus connection closed", extra={"url": self.url})
+        log.info("bus connection closed", extra={"url": redact_url(self.url)})
 
     # ------------------------------------------------------------------ namespacing
 
     def wire_subject(self, subject: str) -> str:
-        return f"{self.namespace}.{subject}" if self.namespace else subject
+        return subjects.namespaced_subject(self.namespace, subject)
 
     def local_subject(self, subject: str) -> str:
         prefix = f"{self.namespace}."
@@ -284,15 +292,14 @@ class Bus:
         )
 
     def wire_stream(self, stream: StreamRef) -> str:
-        name = _stream_name(stream)
-        return f"{self.namespace}_{name}" if self.namespace else name
+        return subjects.namespaced_stream(self.namespace, _stream_name(stream))
 
     def local_stream(self, wire_name: str) -> str:
         prefix = f"{self.namespace}_"
         return wire_name[len(prefix) :] if self.namespace and wire_name.startswith(prefix) else wire_name
 
     def wire_bucket(self, bucket: str) -> str:
-        return f"{self.namespace}-{bucket}" if self.namespace else bucket
+        return subjects.namespaced_bucket(self.namespace, bucket)
 
     # ------------------------------------------------------------------ streams
 
@@ -711,12 +718,17 @@ class Bus:
         kv = await self._kv(bucket)
         await self._retrying(lambda: kv.delete(key), f"kv delete {bucket}/{key}")
 
-    async def kv_watch(self, bucket: str) -> AsyncIterator[tuple[str, bytes | None]]:
-        """Current value of every key, then each change; None when a key is deleted."""
-        await self._kv(bucket)
+    async def kv_watch(
+        self, bucket: str, key: str = ">", create: bool = True
+    ) -> AsyncIterator[tuple[str, bytes | None]]:
+        """Current value of every key (or of `key` alone), then each change; None when a key is
+        deleted. `create=False` leaves the bucket to its owner and waits until it exists (a
+        reader whose identity may not create it)."""
+        if create:
+            await self._kv(bucket)
         wire = self.wire_bucket(bucket)
         prefix = f"$KV.{wire}."
-        async for m in self._ordered(f"KV_{wire}", f"{prefix}>", "last_per_subject", 256):
+        async for m in self._ordered(f"KV_{wire}", f"{prefix}{key}", "last_per_subject", 256):
             op = (m.headers or {}).get(KV_OPERATION_HEADER)
             yield m.subject[len(prefix) :], (None if op in ("DEL", "PURGE") else m.data)
 

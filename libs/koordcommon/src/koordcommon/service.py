@@ -36,6 +36,8 @@ from pydantic_settings import (
 )
 
 from .asgi import PostRoutes
+from .httpguard import SA_DIR, ApiAuth, Guard, NoAuth, StaticToken, TokenReview, server_ssl_options
+from .natsauth import BusCredentials
 
 __all__ = [
     "ConfigFileError",
@@ -155,9 +157,20 @@ class ServiceSettings(BaseSettings):
         "nats_url": "NATS_URL",
         "database_url": "DATABASE_URL",
         "log_level": "KOORD_LOG_LEVEL",
+        "nats_nkey_seed_file": "NATS_NKEY_SEED_FILE",
+        "nats_ca_file": "NATS_CA_FILE",
+        "nats_cert_file": "NATS_CERT_FILE",
+        "nats_key_file": "NATS_KEY_FILE",
+        "api_token_file": "KOORD_API_TOKEN_FILE",
     }
 
     nats_url: str = "nats://127.0.0.1:4222"
+    # The bus identity (koordcommon.natsauth): the service's nkey seed file, and TLS: the CA that
+    # signed the server's certificate, a client certificate when the server asks for one.
+    nats_nkey_seed_file: str = Field("", description="nkey seed file of this service's bus identity; empty = none")
+    nats_ca_file: str = Field("", description="CA of the NATS server's certificate; set = TLS")
+    nats_cert_file: str = ""
+    nats_key_file: str = ""
     database_url: str = Field("", description="SQLAlchemy URL; empty = embedded SQLite in data_dir")
     http_host: str = "0.0.0.0"
     http_port: int = Field(8080, ge=0, le=65535)
@@ -165,6 +178,21 @@ class ServiceSettings(BaseSettings):
     cluster_backend: str = Field("sim", pattern="^(sim|kubernetes)$")
     log_level: str = "INFO"
     data_dir: str = Field("", description="empty = ./.data/<service>")
+    # HTTPS on the service port (koordcommon.httpguard); with a client CA, client certificates
+    # are required (kube-scheduler calling the extender presents one).
+    http_tls_cert_file: str = Field("", description="serving certificate (PEM); with http_tls_key_file = HTTPS")
+    http_tls_key_file: str = ""
+    http_tls_client_ca_file: str = Field("", description="CA of the clients' certificates; set = mTLS required")
+    # Bearer tokens for writes (and /api/ reads with api_protect_reads): a static token from a
+    # file, or Kubernetes TokenReview; without a token configured every write is refused.
+    api_auth: str = Field("token", pattern="^(none|token|tokenreview)$")
+    api_token_file: str = Field("", description="file holding the static bearer token (api_auth token)")
+    api_protect_reads: bool = False
+    api_allowed_users: list[str] = Field(default_factory=list, description="tokenreview: users that may write")
+    api_allowed_groups: list[str] = Field(default_factory=list, description="tokenreview: groups that may write")
+    tokenreview_url: str = "https://kubernetes.default.svc"
+    max_body_bytes: int = Field(16 << 20, gt=0, description="larger request bodies are answered 413 unread")
+    max_json_depth: int = Field(64, gt=0, description="deeper JSON request bodies are answered 400")
 
     @classmethod
     def settings_customise_sources(
@@ -193,6 +221,22 @@ class ServiceSettings(BaseSettings):
         if unknown:
             raise ValueError(_unknown_message(cls, unknown))
         return data
+
+    def bus_credentials(self) -> BusCredentials:
+        return BusCredentials(self.nats_nkey_seed_file, self.nats_ca_file, self.nats_cert_file, self.nats_key_file)
+
+    def api_auth_backend(self) -> ApiAuth:
+        if self.api_auth == "none":
+            return NoAuth()
+        if self.api_auth == "token":
+            return StaticToken(self.api_token_file)
+        return TokenReview(
+            self.tokenreview_url,
+            token_file=str(SA_DIR / "token"),
+            ca_file=str(SA_DIR / "ca.crt") if (SA_DIR / "ca.crt").exists() else "",
+            allowed_users=self.api_allowed_users,
+            allowed_groups=self.api_allowed_groups,
+        )
 
     def resolve_data_dir(self, service: str) -> Path:
         return Path(self.data_dir) if self.data_dir else Path(".data") / service
@@ -444,6 +488,9 @@ class Service:
         self.app = FastAPI(title=name, version=version)
         # what the server runs: a few hot POST paths answered directly, the rest by the app
         self.post_routes = PostRoutes(self.app)
+        # Paths called by Kubernetes components that send no bearer token (extender verbs, the
+        # admission webhook): open to writes, protected by TLS client authentication instead.
+        self.public_paths: set[str] = set()
         self._add_probe_routes()
 
     # -- wiring
@@ -509,10 +556,14 @@ class Service:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
         _UP.labels(self.name).set(1)
+        st = self.settings
+        guarded = Guard(self.post_routes, st.api_auth_backend(), st.max_body_bytes, st.max_json_depth,
+                        st.api_protect_reads, self.public_paths)
         config = uvicorn.Config(
-            self.post_routes,
+            guarded,
             host=self.settings.http_host,
             port=self.settings.http_port,
+            **server_ssl_options(st.http_tls_cert_file, st.http_tls_key_file, st.http_tls_client_ca_file),
             log_config=None,
             access_log=False,
             lifespan="off",

@@ -69,6 +69,26 @@ def sim(kind: str) -> str:
     return f"{PREFIX}.sim.{validate_token(kind)}"
 
 
+def inbox_prefix(service: str, node: str | None = None) -> str:
+    """Where a client's replies arrive: `_INBOX.<service>[.<node>]`. With authorization on, each
+    identity may subscribe only below its own prefix, so no client reads another's replies
+    (JetStream acks, KV reads and pulled messages all travel as replies)."""
+    return f"_INBOX.{validate_token(service)}" + (f".{encode_token(node)}" if node else "")
+
+
+def namespaced_subject(namespace: str, subject: str) -> str:
+    """A subject as sent on the wire: `<namespace>.<subject>` (namespaces isolate tests and tenants)."""
+    return f"{namespace}.{subject}" if namespace else subject
+
+
+def namespaced_stream(namespace: str, name: str) -> str:
+    return f"{namespace}_{name}" if namespace else name
+
+
+def namespaced_bucket(namespace: str, bucket: str) -> str:
+    return f"{namespace}-{bucket}" if namespace else bucket
+
+
 def node_of(subject: str) -> str:
     """The node name a per-node subject is about (its last token, decoded)."""
     return decode_token(subject.rsplit(".", 1)[-1])

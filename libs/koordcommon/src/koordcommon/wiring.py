@@ -10,10 +10,12 @@ from .cluster.port import ClusterPort
 from .service import Service
 
 
-async def start_bus(svc: Service) -> Bus:
-    """A connected Bus named after the service; readiness follows the connection; drained on exit."""
+async def start_bus(svc: Service, node: str | None = None) -> Bus:
+    """A connected Bus named after the service, with the settings' identity (nkey seed, TLS);
+    readiness follows the connection; drained on exit. `node`: the node a node agent speaks for."""
     settings = svc.settings
-    bus = Bus(settings.nats_url, service=svc.name, namespace=settings.bus_namespace)
+    bus = Bus(settings.nats_url, service=svc.name, namespace=settings.bus_namespace,
+              credentials=settings.bus_credentials(), node=node)
     await bus.connect()
     svc.health.add_check("bus", lambda: bus.connected)
     svc.on_shutdown(bus.close)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-from koordcommon.bus import Bus
 from koordcommon.cluster import open_cluster
 from koordcommon.service import Service, run_service
+from koordcommon.wiring import start_bus
 
 from .bus import STREAMS, publisher
 from .settings import AgentSettings
@@ -29,10 +29,13 @@ def parse_args(argv: list[str] | None = None) -> dict:
 
 async def run(svc: Service) -> None:
     settings: AgentSettings = svc.settings  # type: ignore[assignment]
-    bus = Bus(settings.nats_url, SERVICE, namespace=settings.bus_namespace)
-    await bus.connect()
-    svc.on_shutdown(bus.close)
-    svc.health.add_check("bus", lambda: bus.connected)
+    # A real agent speaks for its node only: its bus identity names the node (natsauth).
+    if settings.mode == "sim":
+        bus = await start_bus(svc)
+    else:
+        from .real_mode import node_name
+
+        bus = await start_bus(svc, node=node_name(settings))
     await bus.ensure_streams(*STREAMS)
     publish = publisher(bus)
 

@@ -11,16 +11,10 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime as dt
-import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from koordcommon.certs import CA
 
 
 @dataclass(frozen=True)
@@ -39,10 +33,6 @@ def dns_names(service: str, namespace: str, extra: tuple[str, ...] = ()) -> list
     return names + [n for n in extra if n not in names]
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
 def generate(
     out_dir: str | Path,
     service: str = "slo-controller",
@@ -53,60 +43,9 @@ def generate(
 ) -> CertPaths:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    not_before, not_after = now - dt.timedelta(minutes=5), now + dt.timedelta(days=days)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name(f"{service}-webhook-ca")
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                          key_encipherment=False, data_encipherment=False, key_agreement=False,
-                          encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    san = [x509.DNSName(n) for n in dns_names(service, namespace, extra_dns)]
-    san += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(f"{service}.{namespace}.svc"))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName(san), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    paths = CertPaths(out / "ca.crt", out / "tls.crt", out / "tls.key")
-    paths.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    paths.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    fd = os.open(paths.key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the key is never world-readable
-    with os.fdopen(fd, "wb") as f:
-        f.write(key_pem)
-    return paths
+    ca = CA(f"{service}-webhook-ca", days)
+    issued = ca.issue(out, "tls", f"{service}.{namespace}.svc", tuple(dns_names(service, namespace, extra_dns)), ips)
+    return CertPaths(ca.write(out / "ca.crt"), issued.cert, issued.key)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from koordcommon.httpguard import Guard, NoAuth
 from koordcommon.service import Service, run_service, run_until_stopped
 from koordcommon.wiring import start_bus, start_cluster
 
@@ -19,7 +20,7 @@ from .config_source import FileWatcher, load_configmap_data, load_documents, shi
 from .controller import SLOController
 from .profiles import PROFILE_KIND, ProfileStore
 from .settings import SLOSettings
-from .webhook import create_app, create_router, serve_tls
+from .webhook import WEBHOOK_PATHS, create_app, create_router, serve_tls
 
 SERVICE = "slo-controller"
 log = logging.getLogger(SERVICE)
@@ -67,8 +68,10 @@ async def run(svc: Service) -> None:
                 _refresh_profiles(store, cluster, settings.profiles_refresh_s), name="profiles-cluster"))
         prefix = settings.resource_prefix or None
         svc.app.include_router(create_router(store, prefix=prefix))
+        # The API server sends no bearer token: the webhook is protected by TLS (and its own port).
+        svc.public_paths.update(WEBHOOK_PATHS)
         if settings.tls_cert_file and settings.tls_key_file:
-            app = create_app(store, prefix=prefix)
+            app = Guard(create_app(store, prefix=prefix), NoAuth(), settings.max_body_bytes, settings.max_json_depth)
             tasks.append(asyncio.create_task(
                 serve_tls(app, settings.webhook_host, settings.webhook_port, settings.tls_cert_file,
                           settings.tls_key_file, svc.stopping),

