@@ -242,6 +242,10 @@ def test_cpu_evict_takes_the_smaller_of_window_and_now():
     evs = cpu_evict.plan(evict_state(h), slo(**EVICT_SLO))
     assert cpu_evict.release_milli(evict_state(h), slo(**EVICT_SLO)) == 1100
     assert [e.name for e in evs] == ["be2"]
+    seen = evs[0].inputs  # the satisfaction over the window that decided it (1 s: the last two samples)
+    assert (seen["window_s"], seen["be_limit"], seen["be_request"], seen["satisfaction_percent"]) == (1, 1500, 6500, 23.1)
+    assert (seen["satisfaction_lower_percent"], seen["satisfaction_upper_percent"]) == (
+        EVICT_SLO["cpuEvictBESatisfactionLowerPercent"], EVICT_SLO["cpuEvictBESatisfactionUpperPercent"])
 
 
 # --------------------------------------------------------------------------- memory evict
@@ -256,7 +260,15 @@ def test_memory_evict_release_and_order():
             pstate(LS1, Resources(0, 40 * GI))]
     st = state(pods, cap=cap, node=Resources(1000, 75 * GI))
     assert memory_evict.release_bytes(st, slo()) == 107374182400 * 7 // 100  # 75 % - (70 - 2)
-    assert [e.name for e in memory_evict.plan(st, slo())] == ["b", "a"]  # 5 + 3 GiB >= 7 GiB
+    evs = memory_evict.plan(st, slo())
+    assert [e.name for e in evs] == ["b", "a"]  # 5 + 3 GiB >= 7 GiB
+    # each eviction says what the rule read: usage against threshold, the victim order, what the
+    # pods before it released
+    first, second = evs[0].inputs, evs[1].inputs
+    assert (first["node_usage_percent"], first["threshold_percent"], first["lower_percent"]) == (75, 70, 68)
+    assert first["to_release"] == {"memory": 107374182400 * 7 // 100}
+    assert [v["pod"] for v in first["victim_order"]] == ["ns/b", "ns/a", "ns/c"]
+    assert (first["released_before"], second["released_before"]) == ({"podUsed:memory": 5 * GI}, {"podUsed:memory": 8 * GI})
     below = state(pods, cap=cap, node=Resources(1000, 69 * GI))
     assert memory_evict.plan(below, slo()) == []
     assert memory_evict.plan(st, slo(memoryEvictLowerPercent=60))[-1].name == "c"  # 15 % to release

@@ -102,7 +102,7 @@ class Executor:
                 dry_run=self.dry_run,
                 target={"namespace": ev.namespace, "name": ev.name, "uid": ev.uid},
                 details={"strategy": ev.strategy, "feature": ev.feature, "outcome": outcome, "message": message,
-                         "release": ev.release.to_list()},
+                         "release": ev.release.to_list(), "inputs": ev.inputs},
             ))
         return events
 

@@ -48,6 +48,7 @@ class Eviction:
     reason: str
     release: Resources = ZERO
     feature: str = ""  # Koordinator's name of the rule that picked the pod (BECPUEvict, MemoryEvict ...)
+    inputs: dict = field(default_factory=dict, compare=False)  # what the rule read, the victim order
 
 
 Action = CgroupWrite | Eviction

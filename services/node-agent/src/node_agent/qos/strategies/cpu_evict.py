@@ -134,7 +134,8 @@ def window(state: QoSState, cfg: ResourceThresholdStrategy) -> tuple[int, list[B
     return window_s, [s for s in state.be_history if s.ts_ms >= since]
 
 
-def release_milli(state: QoSState, slo: NodeSLOSpec) -> int:
+def release_milli(state: QoSState, slo: NodeSLOSpec, record: dict | None = None) -> int:
+    """BE milli-cpu to release; `record` receives the satisfaction inputs (explanations)."""
     cfg = slo.resourceUsedThresholdWithBE
     if satisfaction_problem(cfg) is not None:
         return 0
@@ -149,6 +150,13 @@ def release_milli(state: QoSState, slo: NodeSLOSpec) -> int:
     avg_usage = sum(s.usage for s in hist) / len(hist)
     avg_limit = allocatable if by_allocatable else sum(s.real_limit for s in hist) / len(hist)
     avg_req = sum(s.request for s in hist) / len(hist)
+    if record is not None:
+        record.update({
+            "policy": cfg.cpuEvictPolicy, "window_s": window_s, "be_usage": round(avg_usage), "be_limit": round(avg_limit),
+            "be_request": round(avg_req), "satisfaction_percent": round(avg_limit * 100 / avg_req, 1) if avg_req else None,
+            "satisfaction_lower_percent": lower, "satisfaction_upper_percent": upper,
+            "be_usage_threshold_percent": threshold,
+        })  # fmt: skip
     if not usage_high_enough(avg_usage, avg_limit, threshold):
         return 0
     release = release_by(avg_req, avg_limit, lower, upper)
@@ -188,11 +196,12 @@ def be_victims(state: QoSState) -> list[PodState]:
 
 
 def be_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
-    release = release_milli(state, slo)
+    inputs: dict = {}
+    release = release_milli(state, slo, inputs)
     if release <= 0:
         return None
     return EvictTask("BECPUEvict", f"BECPUEvict: BE cpu satisfaction low: release {release}m", be_victims(state),
-                     {"batch-cpu": release}, REQUEST, lambda p: {"batch-cpu": _be_request(p)})
+                     {"batch-cpu": release}, REQUEST, lambda p: {"batch-cpu": _be_request(p)}, inputs)
 
 
 # --------------------------------------------------------------------------- CPUAllocatableEvict
@@ -238,9 +247,13 @@ def allocatable_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
     victims = eviction.generic_victims(state.pods, "CPUAllocatableEvict", cfg.allocatableEvictPriorityThreshold,
                                        lambda p: eviction.tier_request(p, "cpu")[1])
     text = ", ".join(f"{v} {k}" for k, v in sorted(release.items()))
+    inputs = {"threshold_percent": cfg.cpuAllocatableEvictThresholdPercent,
+              "lower_percent": cfg.cpuAllocatableEvictLowerPercent,
+              "allocatable": {k: state.tier_allocatable.get(k, 0) for k in release},
+              "priority_threshold": cfg.allocatableEvictPriorityThreshold}  # fmt: skip
     return EvictTask("CPUAllocatableEvict", f"CPUAllocatableEvict: requests over "
                      f"{cfg.cpuAllocatableEvictThresholdPercent}% of allocatable: release {text}",
-                     victims, release, REQUEST, pod_release)
+                     victims, release, REQUEST, pod_release, inputs)
 
 
 # --------------------------------------------------------------------------- CPUEvict
@@ -270,8 +283,14 @@ def usage_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
         return None
     victims = eviction.generic_victims(state.pods, "CPUEvict", cfg.evictEnabledPriorityThreshold,
                                        lambda p: p.usage.cpu_milli)
+    lower = cfg.cpuEvictLowerPercent if cfg.cpuEvictLowerPercent is not None else (
+        cfg.cpuEvictThresholdPercent - RELEASE_BUFFER_PERCENT)
+    inputs = {"node_usage_percent": usage_pct, "threshold_percent": cfg.cpuEvictThresholdPercent,
+              "lower_percent": lower, "capacity": state.capacity.cpu_milli,
+              "priority_threshold": cfg.evictEnabledPriorityThreshold}  # fmt: skip
     return EvictTask("CPUEvict", f"CPUEvict: node cpu usage {usage_pct}% >= {cfg.cpuEvictThresholdPercent}%: "
-                     f"release {release}m", victims, {"cpu": release}, USED, lambda p: {"cpu": p.usage.cpu_milli})
+                     f"release {release}m", victims, {"cpu": release}, USED, lambda p: {"cpu": p.usage.cpu_milli},
+                     inputs)
 
 
 def plan(state: QoSState, slo: NodeSLOSpec) -> list[Eviction]:

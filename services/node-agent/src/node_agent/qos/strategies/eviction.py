@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from koordcommon.model import PriorityClass
 from koordcommon.resources import Resources
@@ -29,6 +29,7 @@ from ..model import Eviction, PodState
 
 ANNOTATION_EVICTION_POLICY = "koordinator.sh/eviction-policy"
 ANNOTATION_EVICTION_PRIORITY = "koordinator.sh/eviction-priority"
+VICTIMS_SHOWN = 20  # an eviction's explanation lists the victim order up to this many pods
 USED = "podUsed"
 REQUEST = "podResourceRequest"
 ACTIVE_PHASES = ("Pending", "Running")
@@ -50,6 +51,7 @@ class EvictTask:
     to_release: dict[str, int]  # resource -> amount (milli-cpu, bytes)
     target: str  # USED | REQUEST
     pod_release: Callable[[PodState], dict[str, int]]
+    inputs: dict = field(default_factory=dict)  # what the rule read (usage, thresholds, satisfaction)
 
 
 def policy_allows(p: PodState, feature: str) -> bool:
@@ -128,6 +130,8 @@ def evict(tasks: list[EvictTask], strategy: str, cool_down: str, pending: frozen
     for task in live:
         if _met(task, released):
             continue
+        order = [{"pod": f"{p.info.namespace}/{p.info.name}", "priority": p.info.priority,
+                  "usage": None if p.usage is None else p.usage.to_list()} for p in task.victims[:VICTIMS_SHOWN]]  # fmt: skip
         for p in task.victims:
             uid = p.info.uid
             if uid in done:
@@ -139,8 +143,10 @@ def evict(tasks: list[EvictTask], strategy: str, cool_down: str, pending: frozen
                 own = task.pod_release(p)
                 cpu = sum(v for r, v in own.items() if r.endswith("cpu"))
                 mem = sum(v for r, v in own.items() if r.endswith("memory"))
+                inputs = {**task.inputs, "to_release": task.to_release, "released_before": {
+                    f"{t}:{r}": v for (t, r), v in released.items()}, "victim_order": order}  # fmt: skip
                 plan.append(Eviction(uid, p.info.namespace, p.info.name, strategy, cool_down, task.reason,
-                                     Resources(cpu, mem), task.feature))
+                                     Resources(cpu, mem), task.feature, inputs))
             if _met(task, released):
                 break
     return plan

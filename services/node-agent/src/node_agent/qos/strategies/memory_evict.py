@@ -86,11 +86,22 @@ def _reason(release: int) -> str:
     return f"node memory over threshold: release {release} bytes"
 
 
-def be_task(state: QoSState, release: int) -> EvictTask:
+def usage_inputs(state: QoSState, slo: NodeSLOSpec) -> dict:
+    """What the usage rules read: node memory usage % of capacity against the threshold."""
+    cfg = slo.resourceUsedThresholdWithBE
+    cap = state.capacity.memory_bytes
+    threshold = cfg.memoryEvictThresholdPercent
+    return {"node_usage": state.node_usage.memory_bytes if state.node_usage else None, "capacity": cap,
+            "node_usage_percent": state.node_usage.memory_bytes * 100 // cap if state.node_usage and cap > 0 else None,
+            "threshold_percent": threshold,
+            "lower_percent": cfg.memoryEvictLowerPercent if cfg.memoryEvictLowerPercent is not None else threshold - 2}  # fmt: skip
+
+
+def be_task(state: QoSState, release: int, inputs: dict | None = None) -> EvictTask:
     victims = sorted((p for p in state.pods if p.is_be and eviction.policy_allows(p, "BEMemoryEvict")),
                      key=functools.cmp_to_key(_compare))
     return EvictTask("BEMemoryEvict", "BEMemoryEvict: " + _reason(release), victims, {"memory": release}, USED,
-                     lambda p: {"memory": _used(p)})
+                     lambda p: {"memory": _used(p)}, inputs or {})
 
 
 def allocatable_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
@@ -109,18 +120,22 @@ def allocatable_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
     victims = eviction.generic_victims(state.pods, "MemoryAllocatableEvict", cfg.allocatableEvictPriorityThreshold,
                                        lambda p: eviction.tier_request(p, "memory")[1])
     text = ", ".join(f"{v} {k}" for k, v in sorted(release.items()))
+    inputs = {"threshold_percent": cfg.memoryAllocatableEvictThresholdPercent,
+              "lower_percent": cfg.memoryAllocatableEvictLowerPercent,
+              "allocatable": {k: state.tier_allocatable.get(k, 0) for k in release},
+              "priority_threshold": cfg.allocatableEvictPriorityThreshold}  # fmt: skip
     return EvictTask("MemoryAllocatableEvict", f"MemoryAllocatableEvict: requests over "
                      f"{cfg.memoryAllocatableEvictThresholdPercent}% of allocatable: release {text}",
-                     victims, release, REQUEST, pod_release)
+                     victims, release, REQUEST, pod_release, inputs)
 
 
-def usage_task(state: QoSState, slo: NodeSLOSpec, release: int) -> EvictTask | None:
+def usage_task(state: QoSState, slo: NodeSLOSpec, release: int, inputs: dict | None = None) -> EvictTask | None:
     threshold = slo.resourceUsedThresholdWithBE.evictEnabledPriorityThreshold
     if threshold is None:
         return None
     victims = eviction.generic_victims(state.pods, "MemoryEvict", threshold, _used)
     return EvictTask("MemoryEvict", "MemoryEvict: " + _reason(release), victims, {"memory": release}, USED,
-                     lambda p: {"memory": _used(p)})
+                     lambda p: {"memory": _used(p)}, {**(inputs or {}), "priority_threshold": threshold})
 
 
 def plan(state: QoSState, slo: NodeSLOSpec) -> list[Eviction]:
@@ -130,9 +145,10 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[Eviction]:
     if last and state.now_ms - last < COOL_DOWN_MS:
         return []
     release = release_bytes(state, slo)
+    inputs = usage_inputs(state, slo) if release > 0 else {}
     tasks = [
-        be_task(state, release) if release > 0 else None,
+        be_task(state, release, inputs) if release > 0 else None,
         allocatable_task(state, slo),
-        usage_task(state, slo, release) if release > 0 else None,
+        usage_task(state, slo, release, inputs) if release > 0 else None,
     ]
     return eviction.evict([t for t in tasks if t is not None], NAME, COOL_DOWN, state.pending_evictions)
