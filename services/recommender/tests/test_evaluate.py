@@ -1,8 +1,10 @@
+import json
+import math
+
 import numpy as np
 import pytest
 from koordsim import traces
-from recommender.core.estimator import EstimatorConfig
-from recommender.evaluate import Series, main, replay
+from recommender.evaluate import Series, evaluate_dataset, main, make_method, replay
 
 T0 = 1_700_006_400.0
 
@@ -11,26 +13,39 @@ def test_replay_scores_policies_on_a_known_series():
     ts = T0 + 300 * np.arange(3 * 288)  # 3 days at 5 min
     cpu = np.where((np.arange(ts.size) % 288) == 200, 1.5, 1.0)  # 1 core, a 1.5-core spike daily
     s = Series("vm", ts, cpu, np.full(ts.size, 2e9), 2.0, 8e9)
-    r = replay(s, warmup_s=86400, update_s=3600, cfg=EstimatorConfig(sample_interval_s=300))
+    r = replay(s, warmup_s=86400, update_s=3600, methods={"vpa@0.9": make_method("vpa", 0.9, 300.0)})
     c = r.scores["cpu"]
     assert c.n == 2 * 288
     assert c.request["provisioned"] / c.n == 2.0 and c.overrun("provisioned") == 0
     assert c.request["fixed max"] / c.n == pytest.approx(1.5 * 1.15)  # warm-up peak + margin
     # p90 of the history is the 1-core bucket (end 1.01628) + 15 %: 1168m; spikes go over it
-    assert c.request["recommender"] / c.n == pytest.approx(1.168)
-    assert c.overruns["recommender"] == 2
-    assert c.slack("recommender") == pytest.approx((1.168 - c.used / c.n) / 1.168)
+    assert c.request["vpa@0.9"] / c.n == pytest.approx(1.168)
+    assert c.overruns["vpa@0.9"] == 2 and c.events["vpa@0.9"] == 2  # two separate spikes
+    assert c.slack("vpa@0.9") == pytest.approx((1.168 - c.used / c.n) / 1.168)
     m = r.scores["memory"]
-    assert m.overrun("recommender") == 0 and m.slack("provisioned") == pytest.approx(0.75)
+    assert m.overrun("vpa@0.9") == 0 and m.slack("provisioned") == pytest.approx(0.75)
+    ev = evaluate_dataset([r], ("cpu",), [("vpa", 0.9)])["cpu"]
+    # the oracle at VPA's over-rate (2 of 576): two intervals may be above, so 1 core holds
+    oracle = ev["rows"]["oracle"]
+    assert oracle["mean_request"] == 1.0 and oracle["over_rate"] == pytest.approx(2 / 576)
+    used = c.used / c.n
+    assert oracle["slack"] == pytest.approx(1 - used)
+    # a request of exactly the usage leaves the oracle no slack (the spikes make it negative):
+    # a ratio to it means nothing and is not given
+    assert oracle["slack"] < 0 and math.isnan(ev["rows"]["vpa"]["ratio_to_oracle"])
 
 
 def _run(tmp_path, capsys, *extra: str) -> str:
-    assert main(["--vms", "3", "--genai-pods", "3", "--jobs", "1", "--out", str(tmp_path), *extra]) == 0
+    assert main(["--vms", "3", "--genai-pods", "3", "--jobs", "1", "--no-sweep", "--out", str(tmp_path), *extra]) == 0
     out = capsys.readouterr().out
     assert "Bitbrains rnd 2013-7: 3 VMs replayed" in out and "GenAI" in out
     assert (tmp_path / "bitbrains.csv").read_text().count("\n") == 1 + 3 * 2
     assert 1 + 1 <= (tmp_path / "genai.csv").read_text().count("\n") <= 1 + 3  # short pods have no scored hour
     assert (tmp_path / "summary.txt").is_file()
+    report = json.loads((tmp_path / "evaluation.json").read_text())
+    rows = report["bitbrains"]["cpu"]["rows"]
+    assert list(rows) == ["provisioned", "fixed max", "vpa", "autopilot-window", "autopilot-ml", "oracle"]
+    assert report["sample"] == ("--sample" in extra)
     return out
 
 

@@ -1,6 +1,7 @@
-"""Replay real usage traces through the recommender core and score its recommendations.
+"""Replay real usage traces through every recommender method and score them against each other
+and against the hindsight oracle.
 
-    python -m recommender.evaluate [--vms N] [--out DIR] [--jobs J] [--sample]
+    python -m recommender.evaluate [--vms N] [--out DIR] [--jobs J] [--sample] [--no-sweep]
 
 The published figures replay the full trace set, which `KOORD_TRACE_DIR` names; without it the
 run stops and says so. `--sample` runs on the sample bundled with koordsim instead (24 VMs,
@@ -8,42 +9,89 @@ run stops and says so. `--sample` runs on the sample bundled with koordsim inste
 
 Bitbrains rnd 2013-7 (per-VM CPU and memory at 5 min, 30 days, with what each VM was
 provisioned) and the Alibaba GenAI 2026 per-pod memory utilisation (~1 min, 23 h) are fed,
-sample by sample in time order, into one AggregateState per VM / pod. Every `--update-min`
-minutes the estimator's target becomes the request in force for the next intervals, so every
-interval is judged by a recommendation made only from earlier samples. After a warm-up
-(1 day for Bitbrains, 1 h for GenAI) each interval is scored for three requests:
+sample by sample in time order, into one state per VM / pod and method (`core/methods`). Every
+`--update-min` minutes (GenAI: at most 5) each method's recommendation becomes the request in
+force for the next intervals, so every interval is judged by a recommendation made only from
+earlier samples. After a warm-up (1 day for Bitbrains, 1 h for GenAI) each interval is scored:
 
 - provisioned: what the trace itself provisioned (Bitbrains cores / memory; GenAI: the pod's
   memory limit, since the utilisation is a fraction of it);
-- fixed max: the peak usage seen during the warm-up plus the same 15 % margin, never changed;
-- recommender: the VPA-style target (p90 of the decaying histogram, memory over daily peaks,
-  +15 %, minimums 25m / 250Mi).
+- fixed max: the peak usage seen during the warm-up plus 15 %, never changed;
+- vpa, autopilot-window, autopilot-ml: the methods with their defaults;
+- oracle: per container the smallest fixed request with at most the target share of its scored
+  intervals above it (`core/oracle.py`), at the over-rate VPA reaches.
 
 slack = sum(request - used) / sum(request) over scored intervals (Autopilot's definition),
-overrun = fraction of intervals where usage exceeded the request. Output: a table on stdout,
-per-container CSV files and a plot (matplotlib, extra `eval`) in --out.
+over-rate = share of intervals with usage above the request, ratio to oracle = a method's slack
+over the oracle's slack at that method's own over-rate. For memory, OOM-like events count the
+times usage rose above the recommended limit (a run of intervals above it is one event), as
+Autopilot reports OOMs. Each method's main knob is swept (VPA's target percentile, the moving
+window's percentile, the ensemble's underrun weight) and every point is scored the same way.
+
+Output in --out: a table on stdout and in summary.txt, evaluation.json (every row and sweep
+point), per-container CSV files, one PNG per dataset with every method's slack-vs-over curve
+and the oracle's (matplotlib, extra `eval`).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from .core.aggregate import AggregateState, pod_key
-from .core.estimator import EstimatorConfig, estimate
+from .core.estimator import EstimatorConfig
+from .core.methods import VPA, AutopilotML, AutopilotWindow, Recommender, Sample
+from .core.methods import autopilot_ml as ml
+from .core.methods import autopilot_window as mw
+from .core.oracle import oracle_requests
 
-POLICIES = ("provisioned", "fixed max", "recommender")
 GIB = 1024**3
-POD = pod_key("replay")
+BASELINES = ("provisioned", "fixed max")
+METHOD_NAMES = ("vpa", "autopilot-window", "autopilot-ml")
+RESOURCES = ("cpu", "memory")
+FIXED_MARGIN = 0.15
+
+# The knob swept for each method, its values, and its default per resource.
+KNOBS: dict[str, tuple[str, tuple[float, ...], dict[str, float]]] = {
+    "vpa": ("target percentile", (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), {"cpu": 0.9, "memory": 0.9}),
+    "autopilot-window": ("percentile j", (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99), {"cpu": 0.95, "memory": 0.98}),
+    "autopilot-ml": ("underrun weight w_u", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1), {"cpu": 0.05, "memory": 0.03}),
+}
+
+
+def make_method(method: str, knob: float, sample_interval_s: float) -> Recommender:
+    """The method with its knob at `knob` for both resources, everything else at its defaults."""
+    if method == "vpa":
+        cfg = EstimatorConfig(sample_interval_s=sample_interval_s, target_cpu_percentile=knob, target_memory_percentile=knob)
+        return VPA(estimator=cfg)
+    if method == "autopilot-window":
+        return AutopilotWindow(replace(mw.CPU_DEFAULTS, percentile=knob), replace(mw.MEMORY_DEFAULTS, percentile=knob))
+    if method == "autopilot-ml":
+        return AutopilotML(replace(ml.CPU_DEFAULTS, w_under=knob), replace(ml.MEMORY_DEFAULTS, w_under=knob))
+    raise ValueError(f"unknown method {method!r}")
+
+
+def variants(sweep: bool) -> list[tuple[str, float]]:
+    """(method, knob) pairs to replay: every sweep point, or only what the defaults need."""
+    out = []
+    for m, (_, values, defaults) in KNOBS.items():
+        for v in values if sweep else sorted(set(defaults.values())):
+            out.append((m, v))
+    return out
+
+
+def label(method: str, knob: float) -> str:
+    return f"{method}@{knob:g}"
 
 
 @dataclass
@@ -64,18 +112,20 @@ class Score:
 
     n: int = 0
     used: float = 0.0
-    request: dict[str, float] = field(default_factory=lambda: dict.fromkeys(POLICIES, 0.0))
-    overruns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(POLICIES, 0))
+    request: dict[str, float] = field(default_factory=dict)
+    overruns: dict[str, int] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)  # rises above the request
 
     def add(self, other: Score) -> None:
         self.n += other.n
         self.used += other.used
-        for p in POLICIES:
-            self.request[p] += other.request[p]
-            self.overruns[p] += other.overruns[p]
+        for p in other.request:
+            self.request[p] = self.request.get(p, 0.0) + other.request[p]
+            self.overruns[p] = self.overruns.get(p, 0) + other.overruns[p]
+            self.events[p] = self.events.get(p, 0) + other.events[p]
 
     def slack(self, policy: str) -> float:
-        req = self.request[policy]
+        req = self.request.get(policy, 0.0)
         return (req - self.used) / req if req > 0 else math.nan
 
     def overrun(self, policy: str) -> float:
@@ -86,62 +136,69 @@ class Score:
 class Result:
     name: str
     scores: dict[str, Score]  # resource -> score
+    usage: dict[str, np.ndarray] = field(default_factory=dict)  # resource -> scored usage, sorted
     trace: dict[str, np.ndarray] | None = None  # kept for the plotted example
 
 
 def _score(used: np.ndarray, requests: dict[str, np.ndarray]) -> Score:
     s = Score(n=int(used.size), used=float(used.sum()))
     for p, r in requests.items():
+        above = used > r
         s.request[p] = float(r.sum())
-        s.overruns[p] = int(np.count_nonzero(used > r))
+        s.overruns[p] = int(np.count_nonzero(above))
+        s.events[p] = int(above[0]) + int(np.count_nonzero(above[1:] & ~above[:-1])) if above.size else 0
     return s
 
 
-def replay(series: Series, warmup_s: float, update_s: float, cfg: EstimatorConfig, keep_trace: bool = False) -> Result:
-    st = AggregateState()
+def replay(
+    series: Series,
+    warmup_s: float,
+    update_s: float,
+    methods: dict[str, Recommender],
+    keep_trace: bool = False,
+) -> Result:
+    """Every method over one container; their requests scored after the warm-up."""
     ts = series.ts
     n = ts.size
-    targets = {"cpu": np.zeros(n), "memory": np.zeros(n)}
     block = np.floor((ts - ts[0]) / update_s).astype(np.int64)
     edges = np.flatnonzero(np.diff(block)) + 1
-    starts = np.concatenate(([0], edges))
-    ends = np.concatenate((edges, [n]))
-    cpu = series.cpu.tolist() if series.cpu is not None else None
-    mem = series.memory.tolist() if series.memory is not None else None
-    tl = ts.tolist()
+    starts = np.concatenate(([0], edges)).tolist()
+    ends = np.concatenate((edges, [n])).tolist()
     req_cpu = series.provisioned_cpu or 0.0
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        # the request in force for this block comes from earlier samples only
-        e = estimate(st, cfg).target
-        targets["cpu"][a:b] = e.cpu_milli / 1000.0
-        targets["memory"][a:b] = e.memory_bytes
-        for i in range(a, b):
-            if cpu is not None:
-                st.add_cpu_sample(POD, tl[i], cpu[i], req_cpu)
-            if mem is not None:
-                st.add_memory_sample(POD, tl[i], mem[i])
+    cpu = series.cpu.tolist() if series.cpu is not None else [None] * n
+    mem = series.memory.tolist() if series.memory is not None else [None] * n
+    samples = [Sample(t, c, m, req_cpu) for t, c, m in zip(ts.tolist(), cpu, mem)]
+    requests = {p: {"cpu": np.zeros(n), "memory": np.zeros(n)} for p in methods}
+    for p, method in methods.items():
+        st = method.new_state()
+        rc, rm = requests[p]["cpu"], requests[p]["memory"]
+        for a, b in zip(starts, ends):
+            # the request in force for this block comes from earlier samples only
+            rec = method.recommend(st, samples[a].t)
+            rc[a:b] = rec.request.cpu_cores
+            rm[a:b] = rec.request.memory_bytes
+            for i in range(a, b):
+                method.add(st, samples[i])
     scored = ts >= ts[0] + warmup_s
     warm = ~scored
-    scores: dict[str, Score] = {}
-    trace: dict[str, np.ndarray] = {"ts": ts} if keep_trace else {}
-    margin = 1 + cfg.safety_margin
+    result = Result(series.name, {}, trace={"ts": ts} if keep_trace else None)
     for res, used, prov in (("cpu", series.cpu, series.provisioned_cpu), ("memory", series.memory, series.provisioned_memory)):
         if used is None or prov is None or not np.any(scored) or not np.any(warm):
             continue
         u = used[scored]
-        fixed = float(used[warm].max()) * margin
-        requests = {
-            "provisioned": np.full(u.shape, float(prov)),
-            "fixed max": np.full(u.shape, fixed),
-            "recommender": targets[res][scored],
-        }
-        scores[res] = _score(u, requests)
+        fixed = float(used[warm].max()) * (1 + FIXED_MARGIN)
+        reqs = {"provisioned": np.full(u.shape, float(prov)), "fixed max": np.full(u.shape, fixed)}
+        for p in methods:
+            reqs[p] = requests[p][res][scored]
+        result.scores[res] = _score(u, reqs)
+        result.usage[res] = np.sort(u)
         if keep_trace:
-            trace[f"{res}_used"] = used
-            trace[f"{res}_recommender"] = targets[res]
-            trace[f"{res}_provisioned"] = np.full(used.shape, float(prov))
-            trace[f"{res}_fixed"] = np.full(used.shape, fixed)
-    return Result(series.name, scores, trace if keep_trace else None)
+            result.trace[f"{res}_used"] = used
+            result.trace[f"{res}_provisioned"] = np.full(used.shape, float(prov))
+            result.trace[f"{res}_fixed max"] = np.full(used.shape, fixed)
+            for p in methods:
+                result.trace[f"{res}_{p}"] = requests[p][res]
+    return result
 
 
 # --------------------------------------------------------------------------- loaders
@@ -175,19 +232,30 @@ def genai_series(limit_bytes: float, pods: int | None = None, source=None) -> li
     return out
 
 
+def _methods(points: list[tuple[str, float]], sample_interval_s: float) -> dict[str, Recommender]:
+    return {label(m, k): make_method(m, k, sample_interval_s) for m, k in points}
+
+
 def _bitbrains_job(args: tuple) -> tuple[list[Result], int]:
-    vm_ids, warmup_s, update_s, cfg, example, source = args
+    vm_ids, warmup_s, update_s, points, example, source = args
+    methods = _methods(points, 300.0)
     results, skipped = [], 0
     for vm in vm_ids:
         s = bitbrains_series(vm, source)
         if s is None:
             skipped += 1
             continue
-        results.append(replay(s, warmup_s, update_s, cfg, keep_trace=vm == example))
+        results.append(replay(s, warmup_s, update_s, methods, keep_trace=vm == example))
     return results, skipped
 
 
-# --------------------------------------------------------------------------- report
+def _genai_job(args: tuple) -> list[Result]:
+    series, warmup_s, update_s, points = args
+    methods = _methods(points, 60.0)
+    return [replay(s, warmup_s, update_s, methods) for s in series]
+
+
+# --------------------------------------------------------------------------- scoring
 
 
 def totals(results: list[Result], resource: str) -> Score:
@@ -198,34 +266,112 @@ def totals(results: list[Result], resource: str) -> Score:
     return total
 
 
-def per_container_fraction(results: list[Result], resource: str, policy: str) -> np.ndarray:
-    return np.array([r.scores[resource].overrun(policy) for r in results if resource in r.scores])
+@dataclass(frozen=True)
+class Point:
+    slack: float
+    over: float
+    mean_request: float
+    events: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"slack": self.slack, "over_rate": self.over, "mean_request": self.mean_request, "oom_like_events": self.events}
 
 
-def table_rows(dataset: str, results: list[Result], resources: tuple[str, ...]) -> list[list[str]]:
-    rows = []
+def point(tot: Score, policy: str) -> Point:
+    return Point(tot.slack(policy), tot.overrun(policy), tot.request[policy] / tot.n if tot.n else 0.0, tot.events.get(policy, 0))
+
+
+class Oracle:
+    """The hindsight bound over one dataset and resource, at any target over-rate."""
+
+    def __init__(self, results: list[Result], resource: str) -> None:
+        self.usage = [r.usage[resource] for r in results if resource in r.usage]
+        self.n = np.array([u.size for u in self.usage])
+        self.used = float(sum(u.sum() for u in self.usage))
+
+    def at(self, rate: float) -> Point:
+        req = oracle_requests(self.usage, rate)
+        total_req = float((req * self.n).sum())
+        over = sum(int(u.size - np.searchsorted(u, r, side="right")) for u, r in zip(self.usage, req))
+        n = int(self.n.sum())
+        slack = (total_req - self.used) / total_req if total_req > 0 else math.nan
+        return Point(slack, over / n if n else math.nan, total_req / n if n else 0.0)
+
+
+RATES = tuple(float(x) for x in np.geomspace(0.0005, 0.3, 28))
+
+
+def evaluate_dataset(results: list[Result], resources: tuple[str, ...], points: list[tuple[str, float]]) -> dict:
+    """Per resource: baselines, each method's default, the oracle, the sweep curves."""
+    out: dict = {}
     for res in resources:
         tot = totals(results, res)
-        for p in POLICIES:
-            frac = per_container_fraction(results, res, p)
-            unit = tot.request[p] / tot.n if tot.n else 0.0
+        if not tot.n:
+            continue
+        oracle = Oracle(results, res)
+        rows: dict[str, dict] = {}
+        for p in BASELINES:
+            rows[p] = point(tot, p).as_dict()
+        for m in METHOD_NAMES:
+            knob = KNOBS[m][2][res]
+            if (m, knob) not in points:
+                continue
+            rows[m] = point(tot, label(m, knob)).as_dict() | {"knob": knob}
+        for row in rows.values():
+            o = oracle.at(row["over_rate"])
+            row["oracle_slack_at_same_over_rate"] = o.slack
+            row["ratio_to_oracle"] = row["slack"] / o.slack if o.slack > 0 else math.nan
+        if "vpa" in rows:
+            rows["oracle"] = oracle.at(rows["vpa"]["over_rate"]).as_dict() | {"target_over_rate": rows["vpa"]["over_rate"]}
+            rows["oracle"]["ratio_to_oracle"] = 1.0
+        sweeps = {}
+        for m in METHOD_NAMES:
+            curve = []
+            for mm, k in points:
+                if mm == m:
+                    pt = point(tot, label(m, k))
+                    o = oracle.at(pt.over)
+                    curve.append(pt.as_dict() | {"knob": k, "ratio_to_oracle": pt.slack / o.slack if o.slack > 0 else math.nan})
+            sweeps[m] = {"knob": KNOBS[m][0], "points": curve}
+        sweeps["oracle"] = {"knob": "target over-rate", "points": [oracle.at(r).as_dict() | {"knob": r} for r in RATES]}
+        out[res] = {"intervals": tot.n, "containers": len(oracle.usage), "rows": rows, "sweeps": sweeps, "targets": targets(rows)}
+    return out
+
+
+def targets(rows: dict[str, dict]) -> dict:
+    """The issue's targets: at an over-rate no higher than VPA's, the best method's slack at most
+    0.75 x VPA's and within 1.5 x the oracle's."""
+    if "vpa" not in rows:
+        return {}
+    vpa = rows["vpa"]
+    eligible = [m for m in METHOD_NAMES if m in rows and rows[m]["over_rate"] <= vpa["over_rate"] + 1e-12]
+    best = min(eligible, key=lambda m: rows[m]["slack"])
+    b = rows[best]
+    return {
+        "best": best,
+        "slack_vs_vpa": b["slack"] / vpa["slack"],
+        "slack_vs_oracle": b["ratio_to_oracle"],
+        "holds": b["slack"] <= 0.75 * vpa["slack"] and b["ratio_to_oracle"] <= 1.5,
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+HEADER = ["dataset", "resource", "request", "mean request", "slack", "over-rate", "ratio to oracle", "OOM-like events"]
+
+
+def table_rows(dataset: str, ev: dict) -> list[list[str]]:
+    rows = []
+    for res, d in ev.items():
+        for p, row in d["rows"].items():
+            unit = row["mean_request"]
             mean = f"{unit:.3f} cores" if res == "cpu" else f"{unit / GIB:.2f} GiB"
+            events = str(row["oom_like_events"]) if res == "memory" and p != "oracle" else "-"
             rows.append(
-                [
-                    dataset,
-                    res,
-                    p,
-                    mean,
-                    f"{100 * tot.slack(p):.1f} %",
-                    f"{100 * tot.overrun(p):.2f} %",
-                    f"{100 * float(np.median(frac)):.2f} %" if frac.size else "-",
-                    f"{100 * float(np.mean(frac > 0)):.0f} %" if frac.size else "-",
-                ]
+                [dataset, res, p, mean, f"{100 * row['slack']:.1f} %", f"{100 * row['over_rate']:.2f} %",
+                 f"{row['ratio_to_oracle']:.2f}", events]
             )
     return rows
-
-
-HEADER = ["dataset", "resource", "request", "mean request", "slack", "intervals over", "median container over", "containers ever over"]
 
 
 def print_table(rows: list[list[str]], out=sys.stdout) -> None:
@@ -237,19 +383,23 @@ def print_table(rows: list[list[str]], out=sys.stdout) -> None:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)), file=out)
 
 
-def write_csv(path: Path, results: list[Result]) -> None:
+def write_csv(path: Path, results: list[Result], policies: list[str]) -> None:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["container", "resource", "intervals", "mean_used"] + [f"{p}_{m}" for p in POLICIES for m in ("mean_request", "slack", "overrun")])
+        w.writerow(["container", "resource", "intervals", "mean_used"] + [f"{p}_{m}" for p in policies for m in ("mean_request", "slack", "overrun")])
         for r in results:
             for res, s in r.scores.items():
                 row = [r.name, res, s.n, s.used / s.n if s.n else 0]
-                for p in POLICIES:
+                for p in policies:
                     row += [s.request[p] / s.n if s.n else 0, round(s.slack(p), 5), round(s.overrun(p), 5)]
                 w.writerow(row)
 
 
-def plot(path: Path, bitbrains: list[Result], genai: list[Result], example: Result | None) -> str:
+COLORS = {"provisioned": "#999999", "fixed max": "#e6a23c", "vpa": "#2f7ed8", "autopilot-window": "#2ca02c",
+          "autopilot-ml": "#d62728", "oracle": "black"}
+
+
+def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str:
     try:
         import matplotlib
 
@@ -257,54 +407,57 @@ def plot(path: Path, bitbrains: list[Result], genai: list[Result], example: Resu
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install 'koord-recommender[eval]'): no plot"
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
-    groups = [("Bitbrains CPU", bitbrains, "cpu"), ("Bitbrains memory", bitbrains, "memory"), ("GenAI memory", genai, "memory")]
-    groups = [g for g in groups if totals(g[1], g[2]).n]
-    colors = {"provisioned": "#999999", "fixed max": "#e6a23c", "recommender": "#2f7ed8"}
-    x = np.arange(len(groups))
-    width = 0.27
-    for k, p in enumerate(POLICIES):
-        slack = [100 * totals(r, res).slack(p) for _, r, res in groups]
-        over = [100 * totals(r, res).overrun(p) for _, r, res in groups]
-        axes[0, 0].bar(x + (k - 1) * width, slack, width, label=p, color=colors[p])
-        axes[0, 1].bar(x + (k - 1) * width, over, width, label=p, color=colors[p])
-    for ax, title in ((axes[0, 0], "slack: sum(request - used) / sum(request), %"), (axes[0, 1], "intervals with usage > request, %")):
-        ax.set_xticks(x, [g[0] for g in groups])
-        ax.set_title(title)
-        ax.legend()
-    ax = axes[1, 0]
-    for p in ("fixed max", "recommender"):
-        frac = np.sort(per_container_fraction(bitbrains, "cpu", p))
-        if frac.size:
-            ax.plot(100 * frac, np.linspace(0, 1, frac.size), label=p, color=colors[p])
-    ax.set_xscale("symlog", linthresh=0.1)
-    ax.set_title("Bitbrains CPU: per-VM share of intervals over the request (CDF)")
-    ax.set_xlabel("% of intervals over")
-    ax.legend()
-    ax = axes[1, 1]
-    if example is not None and example.trace is not None:
+    panels = list(ev.items())
+    extra = 1 if example is not None and example.trace is not None else 0
+    fig, axes = plt.subplots(1, len(panels) + extra, figsize=(6.5 * (len(panels) + extra), 5.2), squeeze=False)
+    for ax, (res, d) in zip(axes[0], panels):
+        for m, sw in d["sweeps"].items():
+            pts = sorted(sw["points"], key=lambda p: p["over_rate"])
+            x = [100 * p["over_rate"] for p in pts]
+            y = [100 * p["slack"] for p in pts]
+            style = {"color": COLORS[m], "lw": 2.0 if m == "oracle" else 1.3}
+            ax.plot(x, y, "-" if m == "oracle" else "-o", ms=3, label=f"{m} ({sw['knob']})", **style)
+        for p, row in d["rows"].items():
+            if p == "oracle":
+                continue
+            ax.plot(100 * row["over_rate"], 100 * row["slack"], "*" if p in METHOD_NAMES else "s", ms=11,
+                    color=COLORS[p], markeredgecolor="black", label=f"{p} (default)" if p in METHOD_NAMES else p)
+        ax.set_xscale("log")
+        ax.set_xlabel("intervals with usage above the request, % (log)")
+        ax.set_ylabel("slack: sum(request - used) / sum(request), %")
+        ax.set_title(f"{title} {res}: slack vs over-rate")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    if extra:
+        ax = axes[0][-1]
         tr = example.trace
         days = (tr["ts"] - tr["ts"][0]) / 86400
         ax.plot(days, tr["cpu_used"], lw=0.5, color="black", label="used")
-        ax.plot(days, tr["cpu_recommender"], lw=1.2, color=colors["recommender"], label="recommender target")
-        ax.plot(days, tr["cpu_fixed"], lw=1.0, color=colors["fixed max"], label="fixed max")
-        top = 1.25 * max(float(tr["cpu_used"].max()), float(tr["cpu_recommender"].max()), float(tr["cpu_fixed"][0]))
-        prov = float(tr["cpu_provisioned"][0])
-        if prov <= top:
-            ax.plot(days, tr["cpu_provisioned"], lw=1.0, color=colors["provisioned"], label="provisioned")
-        else:
-            ax.text(0.01, 0.97, f"provisioned: {prov:g} cores (above the chart)", transform=ax.transAxes, va="top")
-        ax.set_ylim(0, top)
-        ax.set_title(f"{example.name}: CPU cores over 30 days")
+        for p in ("fixed max", *[k for k in tr if k.startswith("cpu_") and "@" in k]):
+            key = p if p.startswith("cpu_") else f"cpu_{p}"
+            name = key[4:]
+            method = name.split("@")[0]
+            if "@" in name and float(name.split("@")[1]) != KNOBS[method][2]["cpu"]:
+                continue
+            ax.plot(days, tr[key], lw=1.0, color=COLORS[method], label=method)
+        ax.set_ylim(0, 1.25 * float(tr["cpu_used"].max()))
+        ax.set_title(f"{example.name}: CPU cores and each method's request")
         ax.set_xlabel("day")
-        ax.legend(loc="upper right")
+        ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return f"plot: {path}"
 
 
 # --------------------------------------------------------------------------- main
+
+
+def _parallel(fn: Callable, work: list, jobs: int) -> list:
+    if jobs == 1 or len(work) <= 1:
+        return [fn(w) for w in work]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(fn, work))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,9 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--example-vm", type=int, default=None,
                     help="VM whose CPU is drawn over time in the plot (default: the first replayed)")
-    ap.add_argument("--out", default="recommender-eval", help="directory for the CSV files and the plot")
+    ap.add_argument("--out", default="recommender-eval", help="directory for the JSON, CSV files and plots")
     ap.add_argument("--sample", action="store_true",
                     help="run on the trace sample bundled with koordsim instead of the full set (not the published figures)")
+    ap.add_argument("--no-sweep", action="store_true", help="replay only the defaults (no knob sweep)")
     args = ap.parse_args(argv)
 
     from koordsim import traces
@@ -335,31 +489,31 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     update_s = args.update_min * 60
+    genai_update_s = min(update_s, 300.0)
+    points = variants(not args.no_sweep)
+    policies = [*BASELINES, *(label(m, k) for m, k in points)]
 
     vm_ids = traces.bitbrains_vm_ids(source)[: max(1, args.vms)]
     example = args.example_vm if args.example_vm is not None else vm_ids[0]
-    cfg_bb = EstimatorConfig(sample_interval_s=300)
     jobs = max(1, args.jobs)
     chunks = [vm_ids[i::jobs] for i in range(jobs)]
-    work = [(c, 86400.0, update_s, cfg_bb, example, source) for c in chunks if c]
     bitbrains: list[Result] = []
     skipped = 0
-    if jobs == 1:
-        outs = [_bitbrains_job(w) for w in work]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            outs = list(pool.map(_bitbrains_job, work))
-    for res, sk in outs:
+    for res, sk in _parallel(_bitbrains_job, [(c, 86400.0, update_s, points, example, source) for c in chunks if c], jobs):
         bitbrains += res
         skipped += sk
     bitbrains.sort(key=lambda r: int(r.name.rsplit("-", 1)[1]))
     t_bb = time.monotonic() - started
 
-    cfg_g = EstimatorConfig(sample_interval_s=60)
-    genai = [replay(s, 3600.0, min(update_s, 300.0), cfg_g) for s in genai_series(args.genai_limit_gib * GIB, args.genai_pods or None, source)]
+    pods = genai_series(args.genai_limit_gib * GIB, args.genai_pods or None, source)
+    genai: list[Result] = []
+    for res in _parallel(_genai_job, [(pods[i::jobs], 3600.0, genai_update_s, points) for i in range(jobs) if pods[i::jobs]], jobs):
+        genai += res
+    genai.sort(key=lambda r: r.name)
     t_all = time.monotonic() - started
 
-    rows = table_rows("Bitbrains", bitbrains, ("cpu", "memory")) + table_rows("GenAI", genai, ("memory",))
+    ev_bb = evaluate_dataset(bitbrains, RESOURCES, points)
+    ev_g = evaluate_dataset(genai, ("memory",), points)
     n_int = totals(bitbrains, "cpu").n
     print(
         f"Bitbrains rnd 2013-7: {len(bitbrains)} VMs replayed ({skipped} without cores skipped), "
@@ -367,30 +521,39 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"Alibaba GenAI 2026: {len(genai)} pods, memory as a fraction of a {args.genai_limit_gib:g} GiB limit, "
-        f"{totals(genai, 'memory').n} scored ~1-min intervals after a 1-h warm-up; updated every {min(update_s, 300.0) / 60:g} min"
+        f"{totals(genai, 'memory').n} scored ~1-min intervals after a 1-h warm-up; updated every {genai_update_s / 60:g} min"
     )
     print()
+    rows = table_rows("Bitbrains", ev_bb) + table_rows("GenAI", ev_g)
     print_table(rows)
     print()
-    print("per container (first 10 Bitbrains VMs; all in bitbrains.csv / genai.csv):")
-    for r in bitbrains[:10]:
-        c, m = r.scores.get("cpu"), r.scores.get("memory")
-        if c is None or m is None:
-            continue
-        print(
-            f"  {r.name:<18} cpu used {c.used / c.n:7.3f} prov {c.request['provisioned'] / c.n:5.1f} "
-            f"rec {c.request['recommender'] / c.n:7.3f} over {100 * c.overrun('recommender'):5.2f} %   "
-            f"mem used {m.used / m.n / GIB:6.2f} prov {m.request['provisioned'] / m.n / GIB:6.2f} "
-            f"rec {m.request['recommender'] / m.n / GIB:6.2f} GiB over {100 * m.overrun('recommender'):5.2f} %"
-        )
-    write_csv(out / "bitbrains.csv", bitbrains)
-    write_csv(out / "genai.csv", genai)
+    for ds, ev in (("Bitbrains", ev_bb), ("GenAI", ev_g)):
+        for res, d in ev.items():
+            t = d["targets"]
+            if t:
+                print(
+                    f"target {ds} {res}: best at VPA's over-rate or lower is {t['best']}, slack {t['slack_vs_vpa']:.2f} x VPA's "
+                    f"(goal <= 0.75), {t['slack_vs_oracle']:.2f} x the oracle's (goal <= 1.5): {'holds' if t['holds'] else 'MISSED'}"
+                )
+    report = {
+        "traces": source.describe(),
+        "sample": source.is_sample,
+        "update_min": args.update_min,
+        "knobs": {m: {"name": k[0], "values": list(k[1]), "defaults": k[2]} for m, k in KNOBS.items()},
+        "bitbrains": ev_bb,
+        "genai": ev_g,
+    }
+    (out / "evaluation.json").write_text(json.dumps(report, indent=1, allow_nan=True))
+    write_csv(out / "bitbrains.csv", bitbrains, policies)
+    write_csv(out / "genai.csv", genai, policies)
     with (out / "summary.txt").open("w") as f:
+        print(f"traces: {source.describe()}", file=f)
         print_table(rows, f)
     ex = next((r for r in bitbrains if r.trace is not None), None)
     print()
-    print(plot(out / "evaluation.png", bitbrains, genai, ex))
-    print(f"replay: Bitbrains {t_bb:.0f} s, total {t_all:.0f} s ({jobs} processes)")
+    print(plot(out / "bitbrains.png", "Bitbrains", ev_bb, ex))
+    print(plot(out / "genai.png", "GenAI", ev_g))
+    print(f"replay: Bitbrains {t_bb:.0f} s, total {t_all:.0f} s ({jobs} processes, {len(points)} method settings)")
     return 0
 
 

@@ -1,0 +1,156 @@
+"""Autopilot's moving-window recommenders (Rzadca et al., EuroSys 2020, §3.2).
+
+The usage signal, aggregated per 5-minute window (`window.py`), goes into a histogram whose
+weights decay with age, w[τ] = 2^(-τ / half-life) (a VPA DecayingHistogram: the same decay
+written as growing weights for new samples). Three statistics of that history:
+
+- `max`: the peak over the last `max_windows` windows (S_max);
+- `avg`: the decayed average (S_avg);
+- `percentile`: the j-th percentile of the load-adjusted histogram (S_p^j): each bucket's
+  weight times its value, so that the percentile is of usage mass, not of time, and short
+  high spikes count for as much load as they carry.
+
+CPU takes every sample (Autopilot's per-window CPU histograms, summed), memory one peak per
+window. The result plus `margin` is the limit, which rises at once and falls slowly: a drop
+takes effect at most as fast as halving every `fall_half_life_s` (0: at once). Request and
+limit are the same value, as Autopilot sets limits that are also what the job reserves.
+Defaults follow the paper's serving-job choices: CPU p95 with a 12 h half-life, memory p98
+with a 48 h half-life.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..histogram import CPU_SCHEME, MEMORY_SCHEME, BucketScheme, DecayingHistogram
+from .base import PerResource, ResourceModel
+from .buckets import mids, percentile_value
+from .window import WINDOW_S, Window
+
+STATISTICS = ("percentile", "max", "avg")
+
+
+@dataclass(frozen=True)
+class WindowSettings:
+    statistic: str = "percentile"
+    percentile: float = 0.95
+    half_life_s: float = 12 * 3600.0
+    max_windows: int = 12  # S_max: windows looked back over
+    margin: float = 0.0
+    fall_half_life_s: float = 3600.0
+    load_adjusted: bool = True
+    peaks_only: bool = False  # True for memory: one value per window, its peak
+    window_s: float = WINDOW_S
+
+    def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, not {self.statistic!r}")
+        if not 0 < self.percentile <= 1:
+            raise ValueError("percentile must be in (0, 1]")
+        if self.half_life_s <= 0 or self.window_s <= 0 or self.fall_half_life_s < 0 or self.margin < 0:
+            raise ValueError("half-lives and the window must be positive, the margin and fall half-life not negative")
+        if not 1 <= self.max_windows <= 4096:
+            raise ValueError("max_windows must be in 1..4096")
+
+
+CPU_DEFAULTS = WindowSettings()
+MEMORY_DEFAULTS = WindowSettings(percentile=0.98, half_life_s=48 * 3600.0, peaks_only=True)
+
+
+class WindowState:
+    __slots__ = ("hist", "limit", "limit_ts", "peaks", "window")
+
+    def __init__(self, hist: DecayingHistogram) -> None:
+        self.hist = hist
+        self.peaks = array("d")  # the last max_windows closed window peaks, oldest first
+        self.window = Window()
+        self.limit = 0.0
+        self.limit_ts = -math.inf
+
+
+class MovingWindow(ResourceModel[WindowState]):
+    _TAIL = struct.Struct("<ddH")  # limit, limit time (NaN: none), closed peaks kept
+
+    def __init__(self, settings: WindowSettings, scheme: BucketScheme) -> None:
+        self.s = settings
+        self.scheme = scheme
+
+    def new_state(self) -> WindowState:
+        return WindowState(DecayingHistogram(self.scheme, self.s.half_life_s))
+
+    def _close(self, st: WindowState, t: float) -> None:
+        closed = st.window.roll(t, self.s.window_s)
+        if closed is None:
+            return
+        peak, end = closed
+        if self.s.peaks_only:
+            st.hist.add_sample(peak, 1.0, end)
+        st.peaks.append(peak)
+        if len(st.peaks) > self.s.max_windows:
+            del st.peaks[0]
+
+    def add(self, st: WindowState, t: float, value: float) -> None:
+        self._close(st, t)
+        st.window.put(t, value, self.s.window_s)
+        if not self.s.peaks_only:
+            st.hist.add_sample(value, 1.0, t)
+
+    def statistic(self, st: WindowState) -> float:
+        """S_max, S_avg or S_p^j of the history so far (0 with none)."""
+        s = self.s
+        if s.statistic == "max":
+            open_peak = st.window.peak if st.window.end != -math.inf else 0.0
+            return max(max(st.peaks, default=0.0), open_peak)
+        h = st.hist
+        if not h._w:
+            return 0.0
+        w = np.frombuffer(h._w, dtype=np.float64)
+        m = mids(self.scheme)[h._lo : h._lo + w.size]
+        if s.statistic == "avg":
+            total = float(w.sum())
+            return float(w @ m) / total if total > 0 else 0.0
+        return percentile_value(self.scheme, h._lo, w * m if s.load_adjusted else w, s.percentile)
+
+    def value(self, st: WindowState, t: float) -> tuple[float, float]:
+        self._close(st, t)
+        raw = self.statistic(st) * (1 + self.s.margin)
+        limit = raw
+        if raw < st.limit and self.s.fall_half_life_s > 0:
+            # rise at once, fall slowly: the old limit decays towards the new value
+            held = st.limit * 2.0 ** (-max(t - st.limit_ts, 0.0) / self.s.fall_half_life_s)
+            limit = max(raw, held)
+        st.limit, st.limit_ts = limit, t
+        return limit, limit
+
+    def save(self, st: WindowState) -> bytes:
+        ts = math.nan if st.limit_ts == -math.inf else st.limit_ts
+        return (
+            st.hist.save()
+            + st.window.save()
+            + self._TAIL.pack(st.limit, ts, len(st.peaks))
+            + st.peaks.tobytes()
+        )
+
+    def load(self, data: bytes) -> tuple[WindowState, int]:
+        hist, off = DecayingHistogram.load(data, self.scheme, self.s.half_life_s)
+        st = WindowState(hist)
+        st.window, off = Window.load(data, off)
+        limit, ts, n = self._TAIL.unpack_from(data, off)
+        off += self._TAIL.size
+        st.limit, st.limit_ts = limit, (-math.inf if math.isnan(ts) else ts)
+        st.peaks = array("d", data[off : off + 8 * n])
+        return st, off + 8 * n
+
+
+class AutopilotWindow(PerResource):
+    """Autopilot's moving-window recommender for CPU and memory."""
+
+    name = "autopilot-window"
+
+    def __init__(self, cpu: WindowSettings = CPU_DEFAULTS, memory: WindowSettings = MEMORY_DEFAULTS) -> None:
+        super().__init__(MovingWindow(cpu, CPU_SCHEME), MovingWindow(memory, MEMORY_SCHEME))
