@@ -263,3 +263,18 @@ def test_one_sample_per_node_has_no_step(tmp_path):
     write_table(tmp_path, POD_USAGE, [])
     with pytest.raises(HistoryError, match="every node has one sample; a history needs at least two sample times"):
         load(tmp_path)
+
+
+def test_columns_in_any_order_and_optional_ones_left_out(tmp_path):
+    write_table(tmp_path, NODES, GOOD_NODES, ("allocatable_memory_bytes", "node", "capacity_memory_bytes",
+                                              "allocatable_cpu_milli", "capacity_cpu_milli"))  # fmt: skip
+    write_table(tmp_path, NODE_USAGE, GOOD_USAGE, ("memory_bytes", "cpu_milli", "node", "ts"))
+    write_table(tmp_path, POD_USAGE, [pod(T0 + k * MIN, "n1", "web-1", 10 + k, 10, cls="", prio="", qos="") for k in range(2)],
+                ("cpu_milli", "name", "namespace", "node", "ts", "requests_cpu_milli", "requests_memory_bytes",
+                 "memory_bytes"))  # fmt: skip
+    h = read_history(tmp_path)
+    (web,) = h.pods
+    assert (web.uid, web.owner_kind, web.priority_class, web.priority, web.qos, web.limits.cpu_milli) == ("", "", "", None, "", 0)
+    assert (h.nodes["n1"].labels, h.pod_usage[0].cpu) == ({}, [10, 11])
+    (pod_record,) = build(spec_of(tmp_path)).pods
+    assert (pod_record.name, pod_record.priority_class.value, pod_record.qos.value) == ("web-1", "koord-prod", "LS")

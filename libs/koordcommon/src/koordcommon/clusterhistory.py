@@ -21,9 +21,10 @@ import csv
 import gzip
 import io
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -350,133 +351,172 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _table_rows(table: str, path: Path, problems: _Problems) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, parsed row) of every valid row; a bad value is added to `problems` and its row skipped."""
-    parquet = path.suffix == ".parquet"
-    unit = "row" if parquet else "line"
-    rows = _parquet_rows(path) if parquet else _csv_rows(path)
-    known = COLUMNS[table]
-    try:
-        _, header = next(rows)
-    except StopIteration:
-        raise HistoryError([f"{path.name}: empty (the first line names the columns: {','.join(known)})"]) from None
-    header = [h.strip() for h in header]
-    bad = [f"{path.name}: unknown column {h!r} (the columns of {table} are {', '.join(known)})"
-           for h in header if h not in known]  # fmt: skip
-    bad += [f"{path.name}: column {h!r} appears twice" for h in sorted({h for h in header if header.count(h) > 1})]
-    bad += [f"{path.name}: column {c!r} is missing" for c in known if c not in header and c not in OPTIONAL[table]]
-    if bad:
-        raise HistoryError(bad)
-    parsers = [(h, PARSERS[h]) for h in header]
-    absent = {c: PARSERS[c]("") for c in known if c not in header}
-    width = len(header)
-    for line, fields in rows:
-        where = f"{path.name} {unit} {line}"
-        if len(fields) != width:
-            if not parquet and not any(f.strip() for f in fields):
-                continue  # a blank line
-            problems.add(f"{where}: {len(fields)} fields, the header has {width}")
-            continue
-        out = dict(absent)
-        ok = True
-        for (column, parse), text in zip(parsers, fields):
+class _Table:
+    """One table's file: its header checked, its rows as text in the table's own column order."""
+
+    def __init__(self, table: str, path: Path, problems: _Problems):
+        self.path, self.problems = path, problems
+        self.parquet = path.suffix == ".parquet"
+        self._rows = _parquet_rows(path) if self.parquet else _csv_rows(path)
+        self.columns = known = COLUMNS[table]
+        try:
+            _, header = next(self._rows)
+        except StopIteration:
+            raise HistoryError([f"{path.name}: empty (the first line names the columns: {','.join(known)})"]) from None
+        header = [h.strip() for h in header]
+        bad = [f"{path.name}: unknown column {h!r} (the columns of {table} are {', '.join(known)})"
+               for h in header if h not in known]  # fmt: skip
+        bad += [f"{path.name}: column {h!r} appears twice" for h in sorted({h for h in header if header.count(h) > 1})]
+        bad += [f"{path.name}: column {c!r} is missing" for c in known if c not in header and c not in OPTIONAL[table]]
+        if bad:
+            raise HistoryError(bad)
+        self.width = len(header)
+        # where each of the table's columns is in the file (None: left out, read as empty)
+        self.order = None if list(header) == list(known) else [header.index(c) if c in header else None for c in known]
+        self.parsers = [PARSERS[c] for c in known]
+
+    def where(self, line: int) -> str:
+        return f"{self.path.name} {'row' if self.parquet else 'line'} {line}"
+
+    def rows(self) -> Iterator[tuple[int, list[str]]]:
+        """(line, the row's text in the table's column order) of every row with the header's width."""
+        order, width = self.order, self.width
+        for line, fields in self._rows:
+            if len(fields) != width:
+                if not self.parquet and not any(f.strip() for f in fields):
+                    continue  # a blank line
+                self.problems.add(f"{self.where(line)}: {len(fields)} fields, the header has {width}")
+                continue
+            yield line, fields if order is None else [fields[i] if i is not None else "" for i in order]
+
+    def parse(self, line: int, fields: list[str], columns: Sequence[int]) -> list[Any] | None:
+        """The values of these columns (indexes into the table's columns); None when one is bad (said)."""
+        out, ok = [], True
+        for i in columns:
             try:
-                out[column] = parse(text.strip())
+                out.append(self.parsers[i](fields[i].strip()))
             except _Bad as exc:
-                problems.add(f"{where}, column {column}: {exc}")
+                self.problems.add(f"{self.where(line)}, column {self.columns[i]}: {exc}")
                 ok = False
-        if ok:
-            yield where, out
+        return out if ok else None
+
+
+_ALL_NODE = range(len(NODE_COLUMNS))
+_USAGE = (0, 2, 3)  # ts, cpu_milli, memory_bytes of node_usage
+_POD_SAMPLE = (0, 14, 15)  # ts, cpu_milli, memory_bytes of pod_usage
+_POD_ALL = range(len(POD_USAGE_COLUMNS))
+_POD_STATIC = (1, *range(5, 14))  # node, owner_kind ... limits_memory_bytes: the same on all of a pod's rows
+_pod_key, _pod_static_text = itemgetter(2, 3, 4), itemgetter(*_POD_STATIC)
 
 
 def _read_nodes(path: Path, problems: _Problems) -> dict[str, HistoryNode]:
     nodes: dict[str, HistoryNode] = {}
-    for where, r in _table_rows(NODES, path, problems):
-        name = r["node"]
+    t = _Table(NODES, path, problems)
+    for line, fields in t.rows():
+        r = t.parse(line, fields, _ALL_NODE)
+        if r is None:
+            continue
+        name, cap_cpu, cap_mem, alloc_cpu, alloc_mem, labels = r
+        where = t.where(line)
         if name in nodes:
             problems.add(f"{where}, column node: {name!r} is already on {nodes[name].where}")
             continue
-        cap = Resources(r["capacity_cpu_milli"], r["capacity_memory_bytes"])
-        alloc = Resources(r["allocatable_cpu_milli"], r["allocatable_memory_bytes"])
-        for res, unit in (("cpu_milli", "milli-cores"), ("memory_bytes", "bytes")):
-            c, a = getattr(cap, res), getattr(alloc, res)
+        for res, unit, c, a in (("cpu_milli", "milli-cores", cap_cpu, alloc_cpu), ("memory_bytes", "bytes", cap_mem, alloc_mem)):
             if c == 0:
                 problems.add(f"{where}, column capacity_{res}: a node has some capacity (0 {unit} given)")
             elif a > c:
                 problems.add(f"{where}, column allocatable_{res}: {a} {unit} is more than the capacity {c}")
-        nodes[name] = HistoryNode(name, cap, alloc, dict(r["labels"]), where)
+        nodes[name] = HistoryNode(name, Resources(cap_cpu, cap_mem), Resources(alloc_cpu, alloc_mem), labels, where)
     return nodes
 
 
 def _read_node_usage(path: Path, nodes: dict[str, HistoryNode], problems: _Problems) -> dict[str, Series]:
     usage: dict[str, Series] = {}
-    seen: dict[tuple[str, int], str] = {}
-    for where, r in _table_rows(NODE_USAGE, path, problems):
-        node, ts = r["node"], r["ts"]
+    seen: dict[tuple[str, int], int] = {}
+    t = _Table(NODE_USAGE, path, problems)
+    for line, fields in t.rows():
+        node = fields[1].strip()
         if node not in nodes:
-            problems.add(f"{where}, column node: {node!r} is not in {NODES}")
+            problems.add(f"{t.where(line)}, column node: {node!r} is not in {NODES}")
             continue
-        first = seen.setdefault((node, ts), where)
-        if first is not where:
-            problems.add(f"{where}, column ts: node {node!r} already has a sample at {ts} ({first})")
+        r = t.parse(line, fields, _USAGE)
+        if r is None:
             continue
-        s = usage.setdefault(node, Series())
+        ts, cpu, mem = r
+        first = seen.setdefault((node, ts), line)
+        if first != line:
+            problems.add(f"{t.where(line)}, column ts: node {node!r} already has a sample at {ts} ({t.where(first)})")
+            continue
+        s = usage.get(node)
+        if s is None:
+            s = usage[node] = Series()
         s.ts.append(ts)
-        s.cpu.append(r["cpu_milli"])
-        s.mem.append(r["memory_bytes"])
+        s.cpu.append(cpu)
+        s.mem.append(mem)
     return {n: _sorted(s) for n, s in usage.items()}
 
 
-_POD_STATIC = ("node", "owner_kind", "owner_name", "priority_class", "priority", "qos",
-               "requests_cpu_milli", "requests_memory_bytes", "limits_cpu_milli", "limits_memory_bytes")  # fmt: skip
-
-
 def _read_pod_usage(path: Path, nodes: dict[str, HistoryNode], problems: _Problems) -> tuple[list[HistoryPod], list[Series]]:
+    t = _Table(POD_USAGE, path, problems)
     index: dict[tuple[str, str, str], int] = {}
-    statics: list[tuple] = []
+    texts: list[tuple] = []  # each pod's declarations as written on its first row
+    statics: list[list] = []  # ... and as values
     pods: list[HistoryPod] = []
     series: list[Series] = []
     seen: list[set[int]] = []
-    for where, r in _table_rows(POD_USAGE, path, problems):
-        if r["node"] not in nodes:
-            problems.add(f"{where}, column node: {r['node']!r} is not in {NODES}")
-            continue
-        key = (r["namespace"], r["name"], r["uid"])
-        static = tuple(r[c] for c in _POD_STATIC)
-        i = index.get(key)
-        if i is None:
-            labels = {LABEL_PRIORITY_CLASS: r["priority_class"]} if r["priority_class"] else None
-            cls = raw_priority_class(labels, r["priority"])
-            error = combination_error(cls, parse_qos_class(r["qos"])) if cls is not PriorityClass.NONE else None
-            if error is not None:
-                problems.add(f"{where}, column qos: {error}")
+    for line, f in t.rows():
+        written = _pod_key(f)
+        i = index.get(written)
+        text = _pod_static_text(f)
+        if i is None or text != texts[i]:  # a new pod, or declarations written otherwise: read them all
+            r = t.parse(line, f, _POD_ALL)
+            if r is None:
                 continue
-            i = index[key] = len(pods)
-            statics.append(static)
-            pods.append(HistoryPod(
-                namespace=r["namespace"], name=r["name"], uid=r["uid"], node=r["node"],
-                owner_kind=r["owner_kind"], owner_name=r["owner_name"], priority_class=r["priority_class"],
-                priority=r["priority"], qos=r["qos"],
-                requests=Resources(r["requests_cpu_milli"], r["requests_memory_bytes"]),
-                limits=Resources(r["limits_cpu_milli"], r["limits_memory_bytes"]), where=where,
-            ))  # fmt: skip
-            series.append(Series())
-            seen.append(set())
-        elif static != statics[i]:
-            column = next(c for c, a, b in zip(_POD_STATIC, static, statics[i]) if a != b)
-            what = "pod" if not r["uid"] else f"pod (uid {r['uid']})"
-            hint = " (a pod runs on one node: give each of its incarnations its uid)" if column == "node" else ""
-            problems.add(f"{where}, column {column}: {what} {key[0]}/{key[1]} has {r[column]!r} here but "
-                         f"{statics[i][_POD_STATIC.index(column)]!r} on {pods[i].where}{hint}")  # fmt: skip
+            where = t.where(line)
+            if r[1] not in nodes:
+                problems.add(f"{where}, column node: {r[1]!r} is not in {NODES}")
+                continue
+            static = [r[c] for c in _POD_STATIC]
+            key = (r[2], r[3], r[4])
+            i = index.get(key)  # the pod as read (its names may be written with spaces around)
+            if i is None:
+                ts, node, ns, name, uid, owner_kind, owner_name, cls, prio, qos, rc, rm, lc, lm, _, _ = r
+                labels = {LABEL_PRIORITY_CLASS: cls} if cls else None
+                raw = raw_priority_class(labels, prio)
+                error = combination_error(raw, parse_qos_class(qos)) if raw is not PriorityClass.NONE else None
+                if error is not None:
+                    problems.add(f"{where}, column qos: {error}")
+                    continue
+                i = index[key] = index[written] = len(pods)
+                texts.append(text)
+                statics.append(static)
+                pods.append(HistoryPod(ns, name, uid, node, owner_kind, owner_name, cls, prio, qos, Resources(rc, rm),
+                                       Resources(lc, lm), where))  # fmt: skip
+                series.append(Series())
+                seen.append(set())
+            elif static != statics[i]:
+                k = next(k for k, (a, b) in enumerate(zip(static, statics[i])) if a != b)
+                column = POD_USAGE_COLUMNS[_POD_STATIC[k]]
+                what = "pod" if not key[2] else f"pod (uid {key[2]})"
+                hint = " (a pod runs on one node: give each of its incarnations its uid)" if column == "node" else ""
+                problems.add(f"{where}, column {column}: {what} {key[0]}/{key[1]} has {static[k]!r} here but "
+                             f"{statics[i][k]!r} on {pods[i].where}{hint}")  # fmt: skip
+                continue
+            ts, cpu, mem = r[0], r[14], r[15]
+        else:
+            r = t.parse(line, f, _POD_SAMPLE)
+            if r is None:
+                continue
+            ts, cpu, mem = r
+            key = (pods[i].namespace, pods[i].name, pods[i].uid)
+        if ts in seen[i]:
+            problems.add(f"{t.where(line)}, column ts: pod {key[0]}/{key[1]} already has a sample at {ts}")
             continue
-        if r["ts"] in seen[i]:
-            problems.add(f"{where}, column ts: pod {key[0]}/{key[1]} already has a sample at {r['ts']}")
-            continue
-        seen[i].add(r["ts"])
+        seen[i].add(ts)
         s = series[i]
-        s.ts.append(r["ts"])
-        s.cpu.append(r["cpu_milli"])
-        s.mem.append(r["memory_bytes"])
+        s.ts.append(ts)
+        s.cpu.append(cpu)
+        s.mem.append(mem)
     return pods, [_sorted(s) for s in series]
 
 
