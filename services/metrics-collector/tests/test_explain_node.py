@@ -141,3 +141,31 @@ async def test_explain_route_window_and_at(client):
 async def test_explain_route_bad_requests(client, params, status, words):
     r = await client.get("/api/v1/nodes/n1/explain", params=params)
     assert r.status_code == status and words in r.json()["detail"]
+
+
+async def test_pod_decisions_from_recorded_events(database_url):
+    from koordcommon.schemas import Event
+
+    store = Store.open(database_url)
+    inputs = {"node_usage_percent": 82, "threshold_percent": 70, "victim_order": [{"pod": "jobs/spark"}]}
+    store.write(build_rows([
+        Event(kind="evict", node="n1", action="evict", reason="BEMemoryEvict: node memory over threshold", ts=5_000,
+              seq=1, source="node-agent/n1", target={"namespace": "jobs", "name": "spark", "uid": "u1"},
+              details={"feature": "BEMemoryEvict", "inputs": inputs}),
+        Event(kind="evict", node="n1", action="evict", reason="other", ts=5_001, seq=2, source="node-agent/n1",
+              target={"namespace": "jobs", "name": "spark-2", "uid": "u2"}),
+        Event(kind="evict", node="n2", action="evict", reason="same name, other namespace", ts=5_002, seq=3,
+              source="node-agent/n2", target={"namespace": "web", "name": "spark", "uid": "u3"}),
+        Event(kind="qos", node="n1", action="cpu_suppress", reason="cpu.max 400000 -> 200000", ts=4_000, seq=4,
+              source="node-agent/n1", target={"path": "kubepods/besteffort", "file": "cpu.max"}),
+    ]))  # fmt: skip
+    app = FastAPI()
+    mount(app, store, Settings())
+    app.include_router(api_explain.router)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        r = await c.get("/api/v1/explain/pods/jobs/spark", params={"since": 0})
+    store.close()
+    found = r.json()["decisions"]
+    assert [(e["kind"], e["node"], e["reason"]) for e in found] == [
+        ("evict", "n1", "BEMemoryEvict: node memory over threshold"), ("qos", "n1", "cpu.max 400000 -> 200000")]
+    assert found[0]["details"]["inputs"] == inputs

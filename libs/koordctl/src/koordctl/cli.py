@@ -23,7 +23,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
-from . import history_cmd, render
+from . import explain_cmd, helpfmt, history_cmd, render
 from .launcher import SERVICES, DemoPlan
 
 app = typer.Typer(help="Run and inspect the colocation system.", no_args_is_help=True)
@@ -282,6 +282,11 @@ def status(
     def body():
         with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
             health = probe_services(client, {n: services[n] for n in order})
+            if collector is None and not any(h["ready"] or "readyz" in h["detail"] for h in health.values()):
+                # every service the state file names is gone: it is left from a demo that stopped
+                raise _fail(f"the demo is not running: none of the services {_state_file()} names answers "
+                            f"({', '.join(services.values())}; the file is left from an earlier run). Start it with "
+                            "`koordctl up` (or `make demo`), or give --collector URL of a running collector")  # fmt: skip
             nodes = _collect(client, collector_url + "/api/v1/nodes", {"limit": 500}, "nodes")
         return health, nodes
 
@@ -438,6 +443,16 @@ def profiles(
         console.print(render.profiles_table(objs))
 
 
+def _event_kinds() -> tuple[str, ...]:
+    from koordcommon import subjects
+
+    return tuple(getattr(subjects, n) for n in sorted(dir(subjects)) if n.startswith("EVENT_") and n.isupper()
+                 and isinstance(getattr(subjects, n), str))  # fmt: skip
+
+
+EVENT_KINDS = _event_kinds()
+
+
 def _print_events(items: list[dict], output: str) -> None:
     if output == "json":
         _print_json(items)
@@ -474,7 +489,7 @@ async def _follow(nats_url: str, namespace: str, kind: str | None, node: str | N
 @app.command()
 def events(
     collector: str | None = typer.Option(None, help="metrics-collector URL (without --follow)"),
-    kind: str | None = typer.Option(None, help="qos, evict, deschedule, mutate or schedule"),
+    kind: str | None = typer.Option(None, help="one of " + ", ".join(_event_kinds())),
     node: str | None = typer.Option(None, help="only events about this node"),
     limit: int = typer.Option(50, min=1, max=1000, help="how many of the newest events (without --follow)"),
     follow: bool = typer.Option(False, "--follow", "-f", help="stream events from the bus as they happen"),
@@ -486,6 +501,8 @@ def events(
 ):
     """QoS, eviction, descheduling, admission and scheduling events (newest first, or followed)."""
     _check_output(output)
+    if kind is not None and kind not in EVENT_KINDS:
+        raise _fail(f"--kind must be one of {', '.join(EVENT_KINDS)}, not {kind!r}", 2)
     if not follow:
         url = _service_url("metrics-collector", collector) + "/api/v1/events"
 
@@ -511,6 +528,8 @@ def events(
 
 
 history_cmd.register(app)
+explain_cmd.register(app)
+helpfmt.tidy(app)  # last: every command is registered
 
 
 if __name__ == "__main__":

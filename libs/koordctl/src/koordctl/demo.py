@@ -27,6 +27,7 @@ from .launcher import DemoPlan, Launcher, tail
 from .render import cores, gib
 
 GIB = 1024**3
+TABLE_EVERY_S = 15.0  # without a terminal, the live table is printed this often
 
 
 @dataclass
@@ -55,6 +56,12 @@ class Demo:
         self.cluster: SimCluster | None = None
         self.metrics: dict[str, NodeMetric] = {}
         self.checks: list[CheckResult] = []
+
+    def check(self, result: CheckResult) -> None:
+        """Record a check and print it at once (a log shows each check when it is decided)."""
+        self.checks.append(result)
+        mark = "[green]PASS[/]" if result.ok else "[red]FAIL[/]"
+        self.console.print(f"{mark} {result.name}: {result.detail}")
 
     # ------------------------------------------------------------------ views
 
@@ -174,7 +181,8 @@ class Demo:
             console.print(f"[bold]traces[/] {traces.trace_source().describe()}")
             nats_url = launcher.start_nats()
             console.print(f"[bold]NATS[/] {nats_url} (namespace {launcher.namespace}); data in {launcher.data_dir}")
-            self.bus = Bus(nats_url, service="koordctl", namespace=launcher.namespace)
+            self.bus = Bus(nats_url, service="koordctl", namespace=launcher.namespace,
+                           credentials=launcher.bus_credentials("koordctl"))
             await self.bus.connect()
             spec = SimSpec(
                 nodes=self.plan.nodes,
@@ -189,15 +197,27 @@ class Demo:
 
             started = time.monotonic()
             launcher.start_services()
-            with console.status("starting services...") as status:
-                ready = await launcher.wait_ready(
-                    60, on_progress=lambda r: status.update(
-                        "starting services: " + ", ".join(f"{k} {'ok' if v else '..'}" for k, v in r.items())
+            if console.is_terminal:
+                with console.status("starting services...") as status:
+                    ready = await launcher.wait_ready(
+                        60, on_progress=lambda r: status.update(
+                            "starting services: " + ", ".join(f"{k} {'ok' if v else '..'}" for k, v in r.items())
+                        )
                     )
-                )
+            else:  # a log or a pipe: one line per service as it becomes ready, when it does
+                seen: set[str] = set()
+
+                def progress(r: dict[str, bool]) -> None:
+                    for name, ok in r.items():
+                        if ok and name not in seen:
+                            seen.add(name)
+                            console.print(f"  ready: {name} ({len(seen)}/{len(r)}, {time.monotonic() - started:.1f} s)")
+
+                console.print("starting services...")
+                ready = await launcher.wait_ready(60, on_progress=progress)
             took = time.monotonic() - started
             all_ready = all(ready.values())
-            self.checks.append(
+            self.check(
                 CheckResult("services healthy", all_ready, f"{sum(ready.values())}/{len(ready)} ready in {took:.1f} s")
             )
             if not all_ready:
@@ -226,25 +246,37 @@ class Demo:
             end = time.monotonic() + duration_s if duration_s else None
             dashboard = urls["metrics-collector"] + "/dashboard/"
             console.print(f"[bold]dashboard[/] {dashboard}")
-            with Live(console=console, refresh_per_second=1, transient=False) as live:
+            def checked(t: asyncio.Task) -> None:
+                if t.cancelled():
+                    return
+                exc = t.exception()
+                self.check(CheckResult("batch pod placed", False, f"the check failed: {exc!r}") if exc else t.result())
+
+            check_task.add_done_callback(checked)
+            if console.is_terminal:
+                with Live(console=console, refresh_per_second=1, transient=False) as live:
+                    while not interrupted.is_set() and (end is None or time.monotonic() < end):
+                        live.update(self.table(await self.node_views(), {"dashboard": dashboard}))
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(interrupted.wait(), 2.0)
+            else:  # a log or a pipe: the table as it stands every TABLE_EVERY_S, not one frame at the end
+                last = 0.0
                 while not interrupted.is_set() and (end is None or time.monotonic() < end):
-                    live.update(self.table(await self.node_views(), {"dashboard": dashboard}))
+                    if time.monotonic() - last >= TABLE_EVERY_S:
+                        last = time.monotonic()
+                        console.print(self.table(await self.node_views(), {"dashboard": dashboard}))
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(interrupted.wait(), 2.0)
             console.print()  # the checks start on a line of their own, after the table
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            if check_task.done():
-                self.checks.append(check_task.result())
-            else:
+            if not check_task.done():
                 check_task.cancel()
-                self.checks.append(CheckResult("batch pod placed", False, "not finished before the demo ended"))
-            self.checks.append(await self.collector_check(urls["metrics-collector"]))
+                self.check(CheckResult("batch pod placed", False, "not finished before the demo ended"))
+            self.check(await self.collector_check(urls["metrics-collector"]))
             views = await self.node_views()
             offering = [v for v in views if v.batch_allocatable and v.batch_allocatable.cpu_milli > 0]
-            self.checks.append(
-                CheckResult("batch allocatable published", bool(offering), f"{len(offering)}/{len(views)} nodes")
-            )
+            self.check(CheckResult("batch allocatable published", bool(offering), f"{len(offering)}/{len(views)} nodes"))
             return all(c.ok for c in self.checks)
         finally:
             await cancel_and_wait(tasks)
@@ -260,6 +292,6 @@ class Demo:
                         await self.bus.delete_namespace()
                     await self.bus.close()
             launcher.stop_nats()
-            for c in self.checks:
-                mark = "[green]PASS[/]" if c.ok else "[red]FAIL[/]"
-                console.print(f"{mark} {c.name}: {c.detail}")
+            passed = sum(c.ok for c in self.checks)
+            console.print(f"checks: {passed} of {len(self.checks)} passed"
+                          + "".join(f"; FAIL {c.name}" for c in self.checks if not c.ok))  # fmt: skip

@@ -1,7 +1,9 @@
-"""REST: why a node offers this much batch (`GET /api/v1/nodes/{node}/explain`).
+"""REST: why a node offers this much batch (`GET /api/v1/nodes/{node}/explain`), and the QoS and
+descheduler decisions recorded about a pod (`GET /api/v1/explain/pods/{namespace}/{name}`).
 
 The slo-controller's NodeResource reports are stored with their inputs (`node_resources.inputs`);
 `core.explain_node` turns them into the batch formula's terms and what moved between reports.
+The node agent and the descheduler put the inputs of each eviction into its event's details.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import orjson
 import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query
 
+from . import api as _api
 from .api import DEFAULT_WINDOW_MS, From, StoreDep, To, _now_ms, _res
 from .core import explain_node
 from .core.series import QueryError, parse_time
-from .store import Store, node_resources
+from .store import Store, events, node_resources
 
 router = APIRouter(prefix="/api/v1", tags=["explain"])
 MAX_REPORTS = 2000
@@ -83,3 +86,44 @@ async def explain_node_route(
         raise HTTPException(404, f"node {node!r} has no stored NodeResource report up to then")
     items = explain_node.changes(found)[drop:]
     return {"node": node, "items": items, "bands": list(explain_node.BANDS)}
+
+
+POD_EVENT_KINDS = ("evict", "deschedule")
+
+
+def pod_events(store: Store, namespace: str, name: str, start: int, limit: int) -> list[dict]:
+    """Evict and deschedule events about one pod since `start`, newest first, with the node's
+    CPU suppress events around them (a BE pod is suppressed with its node's BE group)."""
+    t = events.c
+    like = f'%"name":"{name}"%'
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(events).where(t.ts >= start, t.kind.in_(POD_EVENT_KINDS), t.target.like(like))
+            .order_by(t.ts.desc()).limit(limit)
+        ).all()  # fmt: skip
+        found = [_api._event_item(dict(r._mapping)) for r in rows]
+        found = [e for e in found if e["target"].get("name") == name and e["target"].get("namespace") == namespace]
+        nodes = sorted({e["node"] for e in found})
+        suppress = []
+        for node in nodes:
+            suppress += [_api._event_item(dict(r._mapping)) for r in conn.execute(
+                sa.select(events).where(t.ts >= start, t.node == node, t.kind == "qos", t.action == "cpu_suppress")
+                .order_by(t.ts.desc()).limit(5))]  # fmt: skip
+    return found + suppress
+
+
+@router.get("/explain/pods/{namespace}/{name}", summary="The QoS and descheduler decisions about a pod")
+async def explain_pod_route(
+    store: StoreDep,
+    namespace: str,
+    name: str,
+    since: Annotated[str | None, Query(description="epoch ms or RFC 3339; default 24 h ago")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+):
+    """The node agent's evictions (with the rule's inputs: satisfaction, usage, thresholds, the
+    victim order) and the descheduler's migrations (the source's usage against its threshold,
+    the victim order, the targets' room) of the pod, as their events recorded them, newest first;
+    and the CPU suppress events of the nodes it was on."""
+    start = parse_time(since, "since") if since else _now_ms() - 24 * 3_600_000
+    found = await asyncio.to_thread(pod_events, store, namespace, name, start, limit)
+    return {"pod": f"{namespace}/{name}", "since": start, "decisions": found}

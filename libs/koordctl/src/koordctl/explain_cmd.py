@@ -1,0 +1,143 @@
+"""`koordctl explain node NODE` and `koordctl explain pod POD`: why a node offers this much batch,
+why a pod was (not) placed, suppressed or evicted, from the services that decided.
+
+A node's explanation comes from the metrics-collector, which keeps every NodeResource report of
+the slo-controller with its inputs. A pod's comes from the services that decide about pods,
+asked over REST and put together here: the scheduler-extender (each candidate node's verdict
+per plugin and the score breakdown), the descheduler (its last round's migration of the pod
+and its jobs) and, for the node agents' QoS evictions and suppression (the agents run one per
+node and serve no REST of their own), the metrics-collector, which keeps their events with the
+rule's inputs. A service that is not running or not reachable is named in the output; the
+others still answer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import typer
+
+from . import explain_render
+
+explain_app = typer.Typer(help="Why a node offers this much batch; why a pod was filtered, placed or evicted.",
+                          no_args_is_help=True)  # fmt: skip
+# The services that decide about pods, in the order their answers are shown.
+POD_DECIDERS = ("scheduler-extender", "descheduler", "metrics-collector")
+
+
+def _since_ms(since: str) -> int:
+    from koordcommon.durations import DurationError, parse_duration_ms
+
+    from .cli import _fail
+
+    try:
+        ms = parse_duration_ms(since)
+    except DurationError as exc:
+        raise _fail(f"--since: {exc}", 2) from None
+    if ms <= 0:
+        raise _fail(f"--since must be positive, not {since!r}", 2)
+    return ms
+
+
+@explain_app.command("node")
+def explain_node(
+    node: str = typer.Argument(..., help="node name"),
+    at: str | None = typer.Option(None, help="only the report in force at this time (epoch ms or RFC 3339)"),
+    since: str = typer.Option("1h", help="reports published in this past window (30m, 1h, 2h30m)"),
+    collector: str | None = typer.Option(None, help="metrics-collector URL (default: the running demo's)"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+):
+    """The batch formula of each report with its values (capacity, safety margin, system usage,
+    HP usage or request per pod, reserved, policy, degrade state, write decision), and what
+    moved most since the previous report."""
+    from .cli import HTTP_TIMEOUT_S, _check_output, _print_json, _run, _service_url, get_json
+
+    _check_output(output)
+    url = _service_url("metrics-collector", collector) + f"/api/v1/nodes/{node}/explain"
+    if at is not None:
+        params: dict[str, Any] = {"at": at}
+    else:
+        now = int(time.time() * 1000)
+        params = {"from": now - _since_ms(since), "to": now + 1}
+
+    def body():
+        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            return get_json(client, url, params)
+
+    data = _run(body)
+    if output == "json":
+        _print_json(data)
+    else:
+        typer.echo(explain_render.node_report(data), nl=False)
+
+
+def split_pod(pod: str, namespace: str) -> tuple[str, str]:
+    """`namespace/name`, or a name in `namespace`."""
+    if "/" in pod:
+        ns, _, name = pod.partition("/")
+        if not ns or not name or "/" in name:
+            raise ValueError(f"pod {pod!r}: give namespace/name or a name with -n")
+        return ns, name
+    return namespace, pod
+
+
+def ask_deciders(urls: dict[str, str], namespace: str, name: str, nodes: int) -> dict[str, Any]:
+    """Each deciding service's explanation of the pod; unreachable ones say so."""
+    from .cli import HTTP_TIMEOUT_S, Unreachable, get_json
+
+    out: dict[str, Any] = {}
+    with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+        for service in POD_DECIDERS:
+            base = urls.get(service)
+            if not base:
+                out[service] = {"error": "no URL (give it as an option, or run the demo)"}
+                continue
+            url = f"{base}/api/v1/explain/pods/{namespace}/{name}"  # the same path on each
+            try:
+                out[service] = get_json(client, url, {"nodes": nodes} if service == "scheduler-extender" else None)
+            except Unreachable as exc:
+                out[service] = {"error": f"{exc.url}: {exc.reason}"}
+    return out
+
+
+@explain_app.command("pod")
+def explain_pod(
+    pod: str = typer.Argument(..., help="namespace/name, or a name with -n"),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="the pod's namespace"),
+    nodes: int = typer.Option(10, min=1, max=5000, help="candidate nodes shown in detail (all are counted)"),
+    extender: str | None = typer.Option(None, help="scheduler-extender URL (default: the running demo's)"),
+    descheduler: str | None = typer.Option(None, help="descheduler URL (default: the running demo's)"),
+    collector: str | None = typer.Option(None, help="metrics-collector URL, for the node agents' evictions "
+                                         "(default: the running demo's)"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+):
+    """Each candidate node's verdict per extender plugin with its numbers (estimated usage vs
+    threshold, batch fit, reservation) and the score breakdown; the QoS and descheduler
+    decisions about the pod with their inputs."""
+    from .cli import _check_output, _fail, _print_json, _state
+
+    _check_output(output)
+    try:
+        ns, name = split_pod(pod, namespace)
+    except ValueError as exc:
+        raise _fail(str(exc), 2) from None
+    known = (_state().get("services") or {}) if not all((extender, descheduler, collector)) else {}
+    given = {"scheduler-extender": extender, "descheduler": descheduler, "metrics-collector": collector}
+    urls = {s: (given[s] or known.get(s) or "").rstrip("/") for s in POD_DECIDERS}
+    if not any(urls.values()):
+        raise _fail("no service URL given and no running demo (start one with `koordctl up`, or pass --extender, "
+                    "--descheduler, --collector)")  # fmt: skip
+    answers = ask_deciders(urls, ns, name, nodes)
+    data = {"pod": f"{ns}/{name}", "services": answers}
+    if output == "json":
+        _print_json(data)
+    else:
+        typer.echo(explain_render.pod_report(data), nl=False)
+    if all("error" in a for a in answers.values()):
+        raise typer.Exit(2)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(explain_app, name="explain")
