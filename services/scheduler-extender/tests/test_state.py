@@ -2,9 +2,12 @@
 
 import pytest
 from extender_helpers import T0, Gi, guaranteed, metric, node, pod_metric
+from koordcommon.kube_codec import pod_to_k8s
 from koordcommon.resources import Resources
+from koordsim.cluster import SimCluster
+from koordsim.spec import SimSpec
 from scheduler_extender.core import wire
-from scheduler_extender.core.extender import filter_request, prioritize_request
+from scheduler_extender.core.extender import bind_request, filter_request, prioritize_request
 from scheduler_extender.core.plugins.loadaware import NAME as LOAD_AWARE
 from scheduler_extender.core.plugins.loadaware import AggregatedArgs, LoadAwareArgs, Thresholds
 from scheduler_extender.core.state import ExtenderConfig
@@ -76,34 +79,32 @@ def test_terminated_pod_leaves_its_node():
     assert exist_cpu(st, "n") == 1000
 
 
-def test_burst_through_the_verbs_spreads_instead_of_flooding():
-    """Ten identical pods, no binding seen yet: each prioritize counts its pod on the winner."""
-    st = make_state()
-    names = [f"n{i}" for i in range(5)]
-    for name in names:
-        st.apply_node(node(name))
-        st.apply_metric(metric(name, 8000, 8 * Gi))
-    chosen = []
-    for i in range(10):
-        pod = {
-            "metadata": {"name": f"w{i}", "namespace": "default", "uid": f"u{i}"},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "c",
-                        "resources": {
-                            "requests": {"cpu": "4", "memory": "8Gi"},
-                            "limits": {"cpu": "4", "memory": "8Gi"},
-                        },
-                    }
-                ]
-            },
-        }
-        args = wire.decode_extender_args(wire.encode_extender_args(pod, None, names))
-        passed = wire.decode_filter_result(filter_request(st, args).body).node_names
-        hp = wire.decode_host_priority_list(prioritize_request(st, wire.ExtenderArgs(pod, None, passed)).body)
-        chosen.append(max(hp, key=lambda x: x[1])[0])
-    assert sorted(chosen.count(n) for n in names) == [2, 2, 2, 2, 2]
+async def test_burst_bound_through_the_bind_verb_spreads_instead_of_flooding():
+    """Ten identical pods bound one after another, none seen by the watch yet: each binding
+    counts its pod on its node, so the next prioritize prefers another. (Prioritize alone
+    counts nothing: test_steering.)"""
+    sim = SimCluster(SimSpec(nodes=5, seed=3, speed=0, start_ms=T0, online_pods_per_node=0))
+    await sim.start()
+    try:
+        st = make_state()
+        names = sorted(n.name for n in await sim.list_nodes())
+        for name in names:
+            st.apply_node(node(name))
+            st.apply_metric(metric(name, 8000, 8 * Gi))
+        chosen = []
+        for i in range(10):
+            record = await sim.create_pod(guaranteed(f"w{i}", 4000, 8 * Gi, uid=f"u{i}"))
+            pod = pod_to_k8s(record)
+            args = wire.decode_extender_args(wire.encode_extender_args(pod, None, names))
+            passed = wire.decode_filter_result(filter_request(st, args).body).node_names
+            hp = wire.decode_host_priority_list(prioritize_request(st, wire.ExtenderArgs(pod, None, passed)).body)
+            best = max(hp, key=lambda x: x[1])[0]
+            reply = await bind_request(st, sim, wire.ExtenderBindingArgs(f"w{i}", "default", record.uid, best))
+            assert reply == b'{"Error":""}'
+            chosen.append(best)
+        assert sorted(chosen.count(n) for n in names) == [2, 2, 2, 2, 2]
+    finally:
+        await sim.close()
 
 
 def test_apply_many_computes_each_row_once_with_the_same_result():

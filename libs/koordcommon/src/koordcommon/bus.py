@@ -31,7 +31,7 @@ from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 from prometheus_client import Counter
 
-from . import subjects
+from . import bounds, subjects
 from .natsauth import BusCredentials, redact_url
 from .schemas import DeadLetter, Message, SchemaError, decode, now_ms
 from .subjects import StreamSpec
@@ -174,6 +174,9 @@ class Bus:
         self._kvs: dict[str, KeyValue] = {}
         self.reconnects = 0
         self._last_error_log = 0.0
+        # The receiver's clock that measurement times are judged against (bounds.check): the
+        # wall clock, or the simulated cluster's (wiring.start_cluster sets it).
+        self.clock: Callable[[], int] = now_ms
 
     # ------------------------------------------------------------------ connection
 
@@ -501,8 +504,8 @@ class Bus:
 
         async def on_msg(m: Msg) -> None:
             try:
-                msg = decode(schema, m.data)
-            except SchemaError as exc:
+                msg = self._decode_judged(schema, m)
+            except (SchemaError, bounds.OutOfRange) as exc:
                 await self._dead_letter(m, exc, schema, stream="")
                 return
             delivery = Delivery(
@@ -516,7 +519,18 @@ class Bus:
         await self.ensure_stream(subjects.DEADLETTER_STREAM)
         return await self.nc.subscribe(self.wire_subject(subject), queue=queue, cb=on_msg)
 
-    async def _dead_letter(self, m: Msg, exc: SchemaError, schema: type[Message], stream: str) -> bool:
+    def judge(self, msg: M, wire_subject: str) -> M:
+        """`msg` when its values are possible (bounds.check), else OutOfRange."""
+        bounds.check(msg, self.local_subject(wire_subject), self.clock())
+        return msg
+
+    def _decode_judged(self, schema: type[M], m: Msg) -> M:
+        """Decode and judge one message: SchemaError or OutOfRange for a dead letter."""
+        return self.judge(decode(schema, m.data), m.subject)
+
+    async def _dead_letter(
+        self, m: Msg, exc: SchemaError | bounds.OutOfRange, schema: type[Message], stream: str
+    ) -> bool:
         """Send the raw message with the reason to koord.deadletter.<service>; False if that failed."""
         raw = m.data[:_DEADLETTER_RAW_MAX]
         reason = str(exc) if len(raw) == len(m.data) else f"{exc} (raw truncated from {len(m.data)} bytes)"
@@ -532,7 +546,7 @@ class Bus:
         except Exception as err:  # noqa: BLE001 - the caller keeps the message for redelivery instead
             log.error("dead letter not published", extra={"subject": m.subject, "reason": reason, "error": repr(err)})
             return False
-        kind = reason_kind(schema, m.data)
+        kind = exc.kind if isinstance(exc, bounds.OutOfRange) else reason_kind(schema, m.data)
         DEADLETTERED.labels(self.service, stream, kind).inc()
         log.warning("message dead-lettered", extra={"subject": letter.subject, "reason": reason, "kind": kind})
         return True
@@ -587,8 +601,8 @@ class Bus:
         await self.ensure_stream(subjects.DEADLETTER_STREAM)
         async for m in self._ordered(self.wire_stream(stream), self.wire_subject(filter_subject), deliver, batch):
             try:
-                msg = decode(schema, m.data)
-            except SchemaError as exc:
+                msg = self._decode_judged(schema, m)
+            except (SchemaError, bounds.OutOfRange) as exc:
                 await self._dead_letter(m, exc, schema, label)
                 continue
             yield self._delivery(m, msg)
@@ -908,7 +922,12 @@ class Consumer(Generic[M]):
         deliveries: list[Delivery[M]] = []
         msgs = _latest_deliveries(msgs)
         for m, msg in zip(msgs, decode_all(self.schema, [m.data for m in msgs])):
-            if isinstance(msg, SchemaError):
+            if not isinstance(msg, SchemaError):
+                try:
+                    bus.judge(msg, m.subject)
+                except bounds.OutOfRange as exc:
+                    msg = exc
+            if isinstance(msg, (SchemaError, bounds.OutOfRange)):
                 if await bus._dead_letter(m, msg, self.schema, self.stream):
                     await _quietly(m.term())
                 else:

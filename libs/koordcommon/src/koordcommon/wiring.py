@@ -29,5 +29,7 @@ async def start_cluster(svc: Service, bus: Bus | None, **options: Any) -> Cluste
         options.setdefault("bus", bus)
     cluster = open_cluster(backend, **options)
     await cluster.start()
+    if bus is not None and callable(getattr(cluster, "now_ms", None)):
+        bus.clock = cluster.now_ms  # measurements are stamped on the simulated clock: judge them on it
     svc.on_shutdown(cluster.close)
     return cluster

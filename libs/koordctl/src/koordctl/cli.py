@@ -93,6 +93,36 @@ def _service_url(name: str, given: str | None) -> str:
     return str(url).rstrip("/")
 
 
+# ----------------------------------------------------------------------------- credentials
+
+
+def _credential_env() -> dict[str, str]:
+    """NATS_NKEY_SEED_FILE / NATS_CA_FILE / KOORD_API_TOKEN_FILE: the environment's, else the
+    running demo's (its state file names the files koordctl may use)."""
+    state = _state().get("credentials") or {}
+    keys = ("NATS_NKEY_SEED_FILE", "NATS_CA_FILE", "NATS_CERT_FILE", "NATS_KEY_FILE", "KOORD_API_TOKEN_FILE")
+    return {k: os.environ.get(k) or str(state.get(k) or "") for k in keys}
+
+
+def bus_credentials():
+    from koordcommon.natsauth import BusCredentials
+
+    return BusCredentials.from_env(_credential_env())
+
+
+def http_client() -> httpx.Client:
+    """An HTTP client that sends the API bearer token when one is configured (the services refuse
+    writes, and with api_protect_reads reads, without it)."""
+    headers = {}
+    token_file = _credential_env()["KOORD_API_TOKEN_FILE"]
+    if token_file:
+        try:
+            headers["Authorization"] = f"Bearer {Path(token_file).read_text().strip()}"
+        except OSError as exc:
+            raise _fail(f"cannot read the API token file {token_file}: {exc.strerror or exc}", 1) from None
+    return httpx.Client(timeout=HTTP_TIMEOUT_S, headers=headers)
+
+
 # ----------------------------------------------------------------------------- HTTP
 
 
@@ -199,6 +229,27 @@ def sim(
     asyncio.run(run_sim_driver(nats_url, extender_url, nodes, namespace, batch_tasks_per_node_hour, genesis))
 
 
+@app.command("secure-init")
+def secure_init(
+    out: Path = typer.Option(..., "--out", help="directory for the secrets (created 0700)"),
+    namespace: str = typer.Option("", envvar="KOORD_BUS_NAMESPACE", help="bus namespace of the installation"),
+    host: list[str] = typer.Option(["nats"], "--host", help="name clients reach NATS by (repeatable)"),
+    mounted_at: str = typer.Option("", help="where the NATS server sees the directory (compose: its mount)"),
+    store_dir: str = typer.Option("", help="JetStream store directory of the server"),
+    sim: bool = typer.Option(True, help="the installation runs on the simulated cluster"),
+    keep: bool = typer.Option(True, help="leave an existing set of secrets as it is"),
+):
+    """Write an installation's credentials: an nkey seed per service, a CA and the NATS server's
+    certificate, the server configuration with every service's permissions, the API token."""
+    from .secure import init_secrets
+
+    if keep and (out / "nats-server.conf").exists():
+        typer.echo(f"{out}: secrets exist, kept")
+        return
+    secrets = init_secrets(out, namespace, sim, tuple(host), store_dir or None, mounted_at or None)
+    typer.echo(f"wrote {secrets.dir}: nats-server.conf, ca.crt, nats-server.crt/.key, <service>.nk, api-token")
+
+
 def trace_inventory() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(per dataset: what the sample and the full set hold; the source a run would use)."""
     from koordsim import traces as tr
@@ -280,7 +331,7 @@ def status(
     order = [s.name for s in SERVICES if s.name in services] + sorted(set(services) - {s.name for s in SERVICES})
 
     def body():
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+        with http_client() as client:
             health = probe_services(client, {n: services[n] for n in order})
             if collector is None and not any(h["ready"] or "readyz" in h["detail"] for h in health.values()):
                 # every service the state file names is gone: it is left from a demo that stopped
@@ -320,7 +371,7 @@ def nodes(
     url = _service_url("metrics-collector", collector) + "/api/v1/nodes"
 
     def body():
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+        with http_client() as client:
             return _collect(client, url, {"limit": 500}, "nodes")
 
     items = _run(body)
@@ -343,7 +394,7 @@ def pods(
     url = _service_url("metrics-collector", collector) + "/api/v1/pods"
 
     def body():
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+        with http_client() as client:
             params = {"node": node, "namespace": namespace, "limit": min(limit, 1000)}
             return _collect(client, url, params, "pods", limit)
 
@@ -366,7 +417,7 @@ def recommendations(
     url = _service_url("recommender", recommender) + "/api/v1/recommendations"
 
     def body():
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+        with http_client() as client:
             return get_json(client, url, {"namespace": namespace, "limit": limit})
 
     data = _run(body)
@@ -397,7 +448,7 @@ async def _cluster_profiles(backend: str, nats_url: str, namespace: str) -> list
     bus = None
     options: dict[str, Any] = {}
     if backend == "sim":
-        bus = Bus(nats_url, service="koordctl", namespace=namespace)
+        bus = Bus(nats_url, service="koordctl", namespace=namespace, credentials=bus_credentials())
         await bus.connect(timeout_s=HTTP_TIMEOUT_S)
         options["bus"] = bus
     cluster = open_cluster(backend, **options)
@@ -466,7 +517,7 @@ async def _follow(nats_url: str, namespace: str, kind: str | None, node: str | N
     from koordcommon.bus import Bus
     from koordcommon.schemas import Event
 
-    bus = Bus(nats_url, service="koordctl", namespace=namespace)
+    bus = Bus(nats_url, service="koordctl", namespace=namespace, credentials=bus_credentials())
     await bus.connect(timeout_s=HTTP_TIMEOUT_S)
     filter_subject = (
         f"{subjects.PREFIX}.events.{subjects.validate_token(kind)}.>" if kind else f"{subjects.PREFIX}.events.>"
@@ -507,7 +558,7 @@ def events(
         url = _service_url("metrics-collector", collector) + "/api/v1/events"
 
         def body():
-            with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            with http_client() as client:
                 return get_json(client, url, {"kind": kind, "node": node, "limit": limit})["items"]
 
         _print_events(_run(body), output)

@@ -25,6 +25,8 @@ from pathlib import Path
 import httpx
 from koordcommon.testing.net import free_port
 
+from .secure import Secrets, init_secrets
+
 log = logging.getLogger("koordctl.launcher")
 
 
@@ -76,6 +78,15 @@ class DemoPlan:
     batch_tasks_per_node_hour: float = 60.0  # enough arrivals that batch use shows within a minute
     services: tuple[ServiceDef, ...] = SERVICES
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Generated credentials (koordctl.secure): the API token always; bus identities with
+    # per-service permissions and TLS when the launcher runs its own NATS server.
+    secure: bool = True
+    private_nats: bool = False  # run a private NATS server even when one answers at NATS_URL
+
+
+def identity_of(spec: ServiceDef) -> str:
+    """The bus identity a process runs as: its service's name, whatever the ServiceDef calls it."""
+    return next((s.name for s in SERVICES if s.module == spec.module), spec.name)
 
 
 def nats_reachable(url: str, timeout: float = 1.0) -> bool:
@@ -101,14 +112,16 @@ def find_nats_server() -> str | None:
 class LocalNats:
     """A private nats-server with JetStream, used when none answers at NATS_URL."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, config: Path | None = None):
+        """`config`: a server configuration (koordctl.secure) with users, permissions and TLS."""
         self.data_dir = data_dir
+        self.config = config
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{'tls' if self.config else 'nats'}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         binary = find_nats_server()
@@ -119,8 +132,11 @@ class LocalNats:
             )
         store = self.data_dir / "nats"
         store.mkdir(parents=True, exist_ok=True)
+        cmd = [binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(store)]
+        if self.config is not None:
+            cmd += ["-c", str(self.config)]
         self.process = subprocess.Popen(
-            [binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(store)],
+            cmd,
             stdout=subprocess.DEVNULL,
             stderr=open(self.data_dir / "nats.log", "ab"),
             start_new_session=True,
@@ -152,20 +168,35 @@ class Launcher:
         self.nats: LocalNats | None = None
         self.nats_url = ""
         self.running: list[RunningService] = []
+        self.secrets: Secrets | None = None
 
     # ------------------------------------------------------------------ infrastructure
 
     def start_nats(self) -> str:
-        url = self.plan.nats_url or os.environ.get("NATS_URL", "")
+        url = "" if self.plan.private_nats else self.plan.nats_url or os.environ.get("NATS_URL", "")
+        if self.plan.secure:
+            self.secrets = init_secrets(self.data_dir / "secrets", namespace=self.namespace, sim=True)
         if url and nats_reachable(url):
-            self.nats_url = url
+            self.nats_url = url  # a server someone else runs: its own authentication, if any
         else:
             if url:
                 log.warning("NATS_URL %s does not answer; starting a private nats-server", url)
-            self.nats = LocalNats(self.data_dir)
+            self.nats = LocalNats(self.data_dir, self.secrets.nats_config if self.secrets else None)
             self.nats.start()
             self.nats_url = self.nats.url
         return self.nats_url
+
+    def identity_env(self, identity: str) -> dict[str, str]:
+        """The API token and, on the private NATS server, the bus identity of one process."""
+        if self.secrets is None:
+            return {}
+        return self.secrets.service_env(identity, nats=self.nats is not None)
+
+    def bus_credentials(self, identity: str):
+        """The Bus credentials of an in-process client (the demo's own driver is `koordctl`)."""
+        if self.secrets is None or self.nats is None:
+            return None
+        return self.secrets.bus_credentials(identity)
 
     def write_slo_config(self) -> Path:
         path = self.data_dir / "slo-controller-config.json"
@@ -185,6 +216,7 @@ class Launcher:
                 f"{p}CLUSTER_BACKEND": "sim",
                 f"{p}LOG_LEVEL": os.environ.get("KOORD_LOG_LEVEL", "INFO"),
                 "PYTHONUNBUFFERED": "1",
+                **self.identity_env(identity_of(spec)),
             }
         )
         if spec.name == "node-agent":
@@ -224,6 +256,8 @@ class Launcher:
             "namespace": self.namespace,
             "data_dir": str(self.data_dir),
             "services": {r.spec.name: r.url for r in self.running},
+            # where koordctl finds its credentials for this demo (paths, never the secrets)
+            "credentials": self.identity_env("koordctl"),
         }
         (self.data_dir / "state.json").write_text(json.dumps(state, indent=2))
         latest = Path(os.environ.get("KOORD_STATE_FILE", Path.home() / ".koord" / "demo.json"))

@@ -8,6 +8,7 @@ import signal
 import sys
 
 from koordcommon.bus import Bus
+from koordcommon.natsauth import BusCredentials
 from koordsim.cluster import SimCluster, SimSpec
 
 from .driver import SimDriver
@@ -26,7 +27,7 @@ async def run_sim_driver(
     if sys.platform != "win32":  # asyncio has no signal handlers there
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    bus = Bus(nats_url, service="sim-driver", namespace=namespace)
+    bus = Bus(nats_url, service="sim-driver", namespace=namespace, credentials=BusCredentials.from_env())
     await bus.connect()
     spec = SimSpec(nodes=nodes, batch_stream=True, batch_tasks_per_node_hour=batch_tasks_per_node_hour,
                    batch_trace_offset_s=11 * 3600)

@@ -10,10 +10,12 @@ failure is answered 200 in the verb's own way: filter sets `Error` (the scheduli
 fails, or is skipped when the extender is ignorable); prioritize returns no scores (kube-scheduler
 ignores prioritize errors anyway); preempt returns the candidates unchanged (no objection).
 
-No /bind: kube-scheduler binds by itself. A bind verb would make this service a single point of
-failure for every pod it is interested in, and the extender needs nothing from binding that the
-cluster watch does not tell it a moment later (the placed pod is counted on its node as soon as
-the watch shows it bound, and from prioritize on via the assumed placement).
+filter and prioritize have no side effect. Placements are learnt from what is bound: POST
+<urlPrefix>/bind (`bind_verb`, off by default) binds through the cluster port and counts the pod
+on its node at once; without it kube-scheduler binds and the cluster watch reports the pod a
+moment later. The bind verb makes this service a single point of failure for the pods it binds,
+and is served only with TLS client authentication in the deploy examples: whoever can call it
+can place pods.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from starlette.responses import Response
 
 from .core import wire
 from .core.explain import Decisions, explain_pod
-from .core.extender import VerbResult, filter_request, preempt_request, prioritize_request
+from .core.extender import VerbResult, bind_request, filter_request, preempt_request, prioritize_request
 from .core.state import ClusterState
 from .metrics import METRICS
 
@@ -132,6 +134,24 @@ def install(front: PostRoutes, app, state: ClusterState, url_prefix: str = "") -
         return Response(orjson.dumps(found), media_type=JSON)
 
     app.add_route("/api/v1/explain/pods/{namespace}/{name}", explain, methods=["GET"])
+
+
+def install_bind(app, state: ClusterState, cluster, url_prefix: str = "") -> str:
+    """POST <url_prefix>/bind (ExtenderBindingArgs in, ExtenderBindingResult out); its path."""
+    path = f"{url_prefix.rstrip('/')}/bind"
+
+    async def bind(request: Request) -> Response:
+        try:
+            args = wire.decode_binding_args(await request.body())
+        except wire.WireError as exc:
+            METRICS.requests[("bind", "bad_request")] += 1
+            return Response(wire.go_json({"Error": str(exc)}), status_code=400, media_type=JSON)
+        body = await bind_request(state, cluster, args)
+        METRICS.requests[("bind", "ok" if body == b'{"Error":""}' else "error")] += 1
+        return Response(body, media_type=JSON)
+
+    app.add_route(path, bind, methods=["POST"])
+    return path
 
 
 def create_app(state: ClusterState, url_prefix: str = "") -> PostRoutes:

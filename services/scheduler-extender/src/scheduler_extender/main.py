@@ -33,6 +33,8 @@ async def run(svc: Service, state: ClusterState) -> None:
     bus = await start_bus(svc)
     await bus.ensure_streams(subjects.NODEMETRIC_STREAM, subjects.NODERESOURCE_STREAM, subjects.RECOMMENDATION_STREAM)
     cluster = await start_cluster(svc, bus)
+    if settings.bind_verb:
+        svc.public_paths.add(api.install_bind(svc.app, state, cluster, settings.url_prefix))
     # The simulated cluster runs on its own clock; NodeMetric times follow it.
     state.clock = getattr(cluster, "now_ms", None) or wall_ms
     work = [

@@ -56,6 +56,7 @@ class Settings(ServiceSettings):
     score_mapping: str = "range"
     score_min_span: int = Field(10, ge=1, le=100)
     assume_ttl_seconds: float = Field(30.0, ge=0)
+    bind_verb: bool = Field(False, description="serve POST <url_prefix>/bind: kube-scheduler's bindVerb")
     fail_unknown_nodes: bool = True
     plugins: list[str] = Field(
         default_factory=lambda: list(plugins.DEFAULT_ORDER),

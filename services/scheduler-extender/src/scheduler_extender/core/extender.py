@@ -15,7 +15,7 @@ import numpy as np
 from koordcommon.kube_codec import pod_from_k8s
 from koordcommon.records import PodRecord
 
-from .framework import FilterOutcome, PodInfo, ScoreOutcome, best_candidate, run_filter, run_score, to_extender_scores
+from .framework import FilterOutcome, PodInfo, ScoreOutcome, run_filter, run_score, to_extender_scores
 from .state import ClusterState
 from .wire import (
     ExtenderArgs,
@@ -25,6 +25,10 @@ from .wire import (
     encode_filter_result,
     encode_host_priority_list,
     encode_preemption_result,
+    go_json,
+)
+from .wire import (
+    ExtenderBindingArgs as BindingArgs,
 )
 
 
@@ -109,14 +113,17 @@ def _filter_reply(args: ExtenderArgs, names: list[str], outcome: FilterOutcome) 
     )
 
 
+# filter and prioritize change nothing: whoever can reach the extender could otherwise steer it
+# (60 prioritize calls for made-up 32-CPU pods once made every node fail the filter for a real
+# 2-CPU pod). Placements are learnt from what is bound: the bind verb when kube-scheduler is
+# configured to call it (`bind_request`), else the pod watch.
+
+
 def filter_request(state: ClusterState, args: ExtenderArgs, now: int | None = None) -> VerbResult:
     info = judged_pod(state, args.pod)
     names = args.candidate_names()
     rows = _rows(state, names)
     outcome = filter_nodes(state, info, names, now, rows)
-    if len(outcome.passed) == 1:
-        # kube-scheduler skips prioritize when one node is left and binds it directly.
-        state.assume(info, names[int(outcome.passed[0])])
     return VerbResult(_filter_reply(args, names, outcome), outcome.counts(), len(names), info, rows, names,
                       len(outcome.passed))  # fmt: skip
 
@@ -128,9 +135,22 @@ def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None 
         return VerbResult(b"[]", candidates=0)
     rows = _rows(state, names)
     scores = score_nodes(state, info, names, now, rows)
-    state.assume(info, names[best_candidate(scores.mapped, scores.outcome.total)])
     return VerbResult(encode_host_priority_list(names, scores.mapped.tolist()), candidates=len(names), pod=info,
                       rows=rows, names=names)  # fmt: skip
+
+
+async def bind_request(state: ClusterState, cluster, args: BindingArgs) -> bytes:
+    """kube-scheduler's bind verb: bind through the cluster port, then count the pod on its node at
+    once (a burst of pods must not all see the node empty until the watch reports them).
+    ExtenderBindingResult: `{"Error": ""}`, or the reason the binding was refused."""
+    try:
+        await cluster.bind_pod(args.pod_namespace, args.pod_name, args.node, args.pod_uid)
+    except Exception as exc:  # noqa: BLE001 - the refusal goes back to kube-scheduler, which retries the pod
+        return go_json({"Error": f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc}"})
+    info = state.known_pod_by_uid(args.pod_uid)
+    if info is not None:
+        state.assume(info, args.node)
+    return go_json({"Error": ""})
 
 
 # --------------------------------------------------------------------------- preempt

@@ -276,12 +276,6 @@ def _range_table(hi: int, lo: int, min_span: int) -> np.ndarray:
     return table
 
 
-def best_candidate(mapped: np.ndarray, total: np.ndarray) -> int:
-    """The position kube-scheduler will most likely pick: the highest 0-10, then the highest
-    0-100 behind it, then the first such node (kube-scheduler breaks exact ties at random)."""
-    return int(np.argmax(mapped * 1000 + total))
-
-
 # --------------------------------------------------------------------------- per-node columns
 
 

@@ -53,9 +53,9 @@ class ExtenderConfig:
     use_profiles: bool = True
     score_mapping: str = "range"  # range | absolute (see framework.to_extender_scores)
     score_min_span: int = 10
-    # After answering prioritize, count the pod on the best-scored node until the cluster watch
-    # shows where it was bound (or this many seconds pass): a burst of pods scheduled faster
-    # than the watch reports bindings must not all see the same empty node.
+    # After binding a pod (the bind verb), count it on its node until the cluster watch shows it
+    # (or this many seconds pass): a burst of pods bound faster than the watch reports them must
+    # not all see the same empty node.
     assume_ttl_s: float = 30.0
     # A node name the extender has never heard of (no node, metric or NodeResource) fails the
     # filter; a known node without a NodeMetric passes, as in Koordinator.
@@ -145,6 +145,11 @@ class ClusterState:
                 self._pod_cache.clear()
             self._pod_cache[cache_key] = info
         return info
+
+    def known_pod_by_uid(self, uid: str) -> PodInfo | None:
+        """The newest PodInfo derived for pod `uid` (the bind verb names a pod by uid only)."""
+        found = [info for (u, _), info in self._pod_cache.items() if u == uid]
+        return found[-1] if found else None
 
     def known_pod_info(self, uid: object, resource_version: object) -> PodInfo | None:
         """The PodInfo already derived for this version of a pod, if any: a request naming it

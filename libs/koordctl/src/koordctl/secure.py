@@ -1,0 +1,81 @@
+"""Credentials for a local or compose installation: one bus identity per service, a CA and the
+NATS server's certificate, the server configuration that admits exactly those identities with
+their roles' permissions (koordcommon.natsauth), and the static API token.
+
+`koordctl up` calls `init_secrets` for its private NATS server; `koordctl secure-init` writes the
+same files for docker-compose (its `secrets-init` service). A cluster keeps its own: see the
+Helm chart's `nats.auth` values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from koordcommon import natsauth
+from koordcommon.certs import CA, write_secret
+
+# Every identity of an installation on the simulated cluster: the six services, the command
+# line and the sim driver. The simulated node agent speaks for every node (natsauth: node None).
+IDENTITIES = (
+    "node-agent", "metrics-collector", "slo-controller", "scheduler-extender", "descheduler", "recommender",
+    "koordctl", "sim-driver",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Secrets:
+    dir: Path
+    ca_file: Path
+    server_cert: Path
+    server_key: Path
+    nats_config: Path
+    api_token_file: Path
+
+    def seed_file(self, identity: str) -> Path:
+        return self.dir / f"{identity}.nk"
+
+    def service_env(self, identity: str, nats: bool = True) -> dict[str, str]:
+        """The variables that give a process its identity (the shared names every service reads)."""
+        env = {"KOORD_API_TOKEN_FILE": str(self.api_token_file)}
+        if nats:
+            env.update({"NATS_NKEY_SEED_FILE": str(self.seed_file(identity)), "NATS_CA_FILE": str(self.ca_file)})
+        return env
+
+    def bus_credentials(self, identity: str) -> natsauth.BusCredentials:
+        return natsauth.BusCredentials(str(self.seed_file(identity)), str(self.ca_file))
+
+
+def init_secrets(
+    out_dir: Path,
+    namespace: str = "",
+    sim: bool = True,
+    hosts: tuple[str, ...] = ("localhost",),
+    store_dir: str | None = None,
+    mounted_at: str | None = None,
+) -> Secrets:
+    """Write every secret of one installation into `out_dir` (files 0600, the directory 0700).
+
+    `hosts`: the names clients reach NATS by (the certificate's subjectAltNames, with 127.0.0.1);
+    `mounted_at`: where the server will find the directory when it is mounted elsewhere (compose).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.chmod(0o700)
+    ca = CA("koord-local-ca")
+    ca_file = ca.write(out_dir / "ca.crt")
+    server = ca.issue(out_dir, "nats-server", "nats", dns=tuple(dict.fromkeys(("localhost", *hosts))), ips=("127.0.0.1",))
+    identities = []
+    for name in IDENTITIES:
+        seed = natsauth.new_seed()
+        natsauth.write_seed(out_dir / f"{name}.nk", seed)
+        identities.append(natsauth.Identity(name, natsauth.public_key(seed)))
+    base = Path(mounted_at) if mounted_at else out_dir
+    config = natsauth.server_config(
+        identities, namespace, sim, tls=(str(base / server.cert.name), str(base / server.key.name)), store_dir=store_dir
+    )
+    nats_config = out_dir / "nats-server.conf"
+    write_secret(nats_config, json.dumps(config, indent=1).encode())  # public keys only, but the layout stays private
+    token = out_dir / "api-token"
+    write_secret(token, (natsauth.token_urlsafe() + "\n").encode())
+    return Secrets(out_dir, ca_file, server.cert, server.key, nats_config, token)
