@@ -788,7 +788,9 @@ def plan_round(
         pods_by_node = {}
         for p in pods:
             pods_by_node.setdefault(p.node, []).append(p)
-    rnd = RoundState(args, plan, counter, workload_unavailable or {}, workload_replicas or {}, pods_by_node, detectors, now_s)
+    # (`is None`, not falsiness: a mapping computed on first read must not be computed to be tested)
+    rnd = RoundState(args, plan, counter, {} if workload_unavailable is None else workload_unavailable,
+                     {} if workload_replicas is None else workload_replicas, pods_by_node, detectors, now_s)
     nodes = [n for n in nodes if args.in_scope(n.labels)]
     drained: set[str] = set()
     for pool in args.nodePools:
