@@ -5,9 +5,9 @@ import pytest
 from koordcommon import resources as rn
 from koordsim import batch, traces
 from koordsim.cluster import SimCluster
-from koordsim.scenarios import build
 from koordsim.jobs import COMPLETED, EVICTED, RUNNING, BatchDriver
 from koordsim.machines import MACHINE_LABEL, SYNTHETIC_LABEL, full_day_machines
+from koordsim.scenarios import build
 from koordsim.spec import GIB, SimSpec
 
 START = 1_514_764_800_000  # trace second 0
@@ -141,3 +141,31 @@ async def test_the_driver_submits_finishes_and_resubmits_what_was_evicted():
     assert await cluster.get_pod(second.namespace, f"{second.name}-r1") is not None
     assert await cluster.get_pod(first.namespace, first.name) is None
     assert np.isfinite(lives[second.key].ended_ms)
+
+
+async def test_the_framework_holds_pods_beyond_its_pending_limit_first_in_first_out():
+    spec = SimSpec(nodes=2, online_pods_per_node=0, node_cpu_cores=64, batch_pod_cpu_milli=4000, batch_load=1.0,
+                   batch_max_pending=3, start_ms=START, speed=0, trace_set="sample", seed=1)
+    from koordsim.spec import SimClock
+
+    clock = {"ms": START}
+    cluster = SimCluster(spec, clock=SimClock(START, 1.0, START, wall=lambda: clock["ms"] / 1000))
+    await cluster.start()
+    driver = BatchDriver(cluster, spec)
+    clock["ms"] = START + 3_600_000
+    await driver.step(clock["ms"])
+    arrived = batch.batch_arrivals(spec.resolved(wall_ms=START), START, clock["ms"])
+    pending = await cluster.list_pods(namespace=batch.BATCH_NAMESPACE)
+    # three in the cluster, the first three to arrive; the rest held, yet counted as pending work
+    assert [p.key for p in pending] == [p.key for p in arrived[:3]]
+    assert driver.held == len(arrived) - 3 > 0
+    assert sum(1 for life in driver.lives(clock["ms"]).values() if life.outcome == "pending") == len(arrived)
+    # one binds: the next in line enters the cluster, its queueing counted from the hour it arrived in
+    first = pending[0]
+    await cluster.bind_pod(first.namespace, first.name, "sim-node-000", first.uid)
+    driver.sync_started(clock["ms"])
+    clock["ms"] += 60_000
+    await driver.step(clock["ms"])
+    now_pending = [p.key for p in await cluster.list_pods(namespace=batch.BATCH_NAMESPACE) if not p.node_name]
+    assert now_pending[-1] == arrived[3].key and len(now_pending) == 3
+    assert driver.lives(clock["ms"])[arrived[3].key].queued_ms == START + 3_600_000

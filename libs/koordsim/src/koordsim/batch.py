@@ -206,4 +206,6 @@ def assumptions(spec: SimSpec) -> list[str]:
         (f"batch usage: {spec.batch_utilisation:.0%} of the request, +/- 10 % noise per pod and minute (seeded), "
         "memory 55-65 % of the request"),
         "an evicted batch pod is submitted again and runs its whole duration anew",
-    ]
+    ] + ([(f"the batch framework keeps at most {spec.batch_max_pending} pods pending in the cluster and holds the rest "
+           "in its own queue, first in first out; queueing delay counts from when a pod entered that queue")]
+         if spec.batch_max_pending else [])

@@ -6,7 +6,6 @@ import dataclasses
 from typing import Any
 
 import msgspec
-
 from koordcommon.records import ContainerSpec, NodeRecord, OwnerRef, PodRecord, Taint
 
 _POD_FIELDS = {f.name for f in dataclasses.fields(PodRecord)}

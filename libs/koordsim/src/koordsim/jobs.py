@@ -7,6 +7,10 @@ What a Job controller and the batch framework behind it do to the cluster's batc
   satisfaction eviction, memory eviction or the descheduler): a new pod of the same job, with
   the whole duration to run again (the work of the evicted attempt is lost).
 
+With `batch_max_pending` the framework keeps at most that many pods pending in the cluster and
+holds the rest in its own queue (first in, first out); a held pod's queueing counts from when
+it entered that queue.
+
 Every attempt of every pod is remembered (`PodLife`), with when its work arrived, when the
 attempt was queued, started and ended, the CPU it ran and how it ended, so that a replay can
 report queueing delays, completed work and eviction loops.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections import deque
 from dataclasses import dataclass
 
 from . import batch
@@ -47,6 +52,7 @@ class BatchDriver:
         self._waiting: set[str] = set()  # keys of the lives not bound yet
         self._done: list[PodLife] = []
         self._templates: dict[str, object] = {}  # pod key -> the PodRecord submitted
+        self._held: deque[tuple[object, PodLife]] = deque()  # the framework's own queue
 
     # ------------------------------------------------------------------ one step
 
@@ -66,8 +72,19 @@ class BatchDriver:
                     await self.cluster.set_pod_phase(pod.namespace, pod.name, "Succeeded")
                     await self.cluster.delete_pod(pod.namespace, pod.name)
         for pod in batch.batch_arrivals(self.spec, self.last_ms, now_ms):
-            await self._submit(pod, arrival_ms=pod.created_ms or now_ms, now_ms=now_ms)
+            self._offer(pod, PodLife(pod.key, pod.created_ms or now_ms, now_ms, pod.batch_requests().cpu_milli))
+        await self._release(now_ms)
         self.last_ms = now_ms
+
+    def _offer(self, pod, life: PodLife) -> None:
+        """Into the framework's queue: submitted in order as room among the pending pods allows."""
+        self._held.append((pod, life))
+
+    async def _release(self, now_ms: int) -> None:
+        cap = self.spec.batch_max_pending
+        while self._held and (not cap or len(self._waiting) < cap):
+            pod, life = self._held.popleft()
+            await self._submit(pod, life, now_ms)
 
     def started(self, key: str, start_ms: int) -> None:
         """A waiting pod was bound (the scheduler says so, or `sync_started` finds it)."""
@@ -82,15 +99,14 @@ class BatchDriver:
         for key in [k for k in self._waiting if (p := pods.get(k)) is not None and p.node_name]:
             self.started(key, pods[key].start_ms or now_ms)
 
-    async def _submit(self, pod, arrival_ms: int, now_ms: int, life_key: str | None = None) -> None:
+    async def _submit(self, pod, life: PodLife, now_ms: int) -> None:
         if pod.key in self.cluster.state.pods:
             return
         try:
             created = await self.cluster.create_pod(pod)
         except MutationError:
             return
-        request = created.batch_requests().cpu_milli
-        self._lives[created.key] = PodLife(life_key or created.key, arrival_ms, now_ms, request)
+        self._lives[created.key] = life
         self._waiting.add(created.key)
         self._templates[created.key] = pod
 
@@ -103,7 +119,7 @@ class BatchDriver:
         base = template.name.rsplit("-r", 1)[0] if attempt else template.name
         again = dataclasses.replace(template, name=f"{base}-r{n}", uid="", node_name=None, phase="Pending",
                                     start_ms=None, created_ms=now_ms, resource_version="")
-        await self._submit(again, life.arrival_ms, now_ms, life_key=f"{root}{ATTEMPT_SEP}{n}")
+        self._offer(again, PodLife(f"{root}{ATTEMPT_SEP}{n}", life.arrival_ms, now_ms, life.request_cpu))
 
     def _end(self, key: str, outcome: str, now_ms: int) -> None:
         life = self._lives.pop(key)
@@ -130,7 +146,14 @@ class BatchDriver:
         out = {life.key: life for life in self._done}
         for life in self._lives.values():
             out[life.key] = life
+        for _, life in self._held:
+            out[life.key] = life
         return out
+
+    @property
+    def held(self) -> int:
+        """Pods in the framework's own queue, not yet in the cluster."""
+        return len(self._held)
 
     def assumptions(self) -> list[str]:
         return batch.assumptions(self.spec)

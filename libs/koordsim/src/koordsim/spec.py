@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from . import traces
 
@@ -23,7 +23,8 @@ class SimSpec(BaseModel):
     # What the cluster is: "vms", Bitbrains VMs packed onto nodes as online pods (genesis.py), or
     # "machines", real Alibaba 2018 machines, one node each (machines.py; `nodes` 0 means their
     # own count, more repeat them shifted in time), or "history", a cluster's own history (history.py:
-    # the directory `history` names, in the format of docs/history-format.md; its own nodes).
+    # the directory `history` names, in the format of docs/history-format.md; its own nodes; it starts
+    # where the history starts, so `start_ms` is given: `history.spec(path)` makes such a spec).
     scenario: str = Field("vms", pattern="^(vms|machines|history)$")
     history: str | None = None
     nodes: int = Field(20, ge=0)
@@ -57,21 +58,27 @@ class SimSpec(BaseModel):
     # (0: one pod per task, asking one instance's CPU, as the demo does).
     batch_load: float | None = Field(None, ge=0)
     batch_pod_cpu_milli: int = Field(0, ge=0)
+    # At most this many batch pods pending in the cluster (0: no limit); the framework holds the
+    # rest in its own queue, first in first out, as a Spark or Flink driver asks for executors.
+    batch_max_pending: int = Field(0, ge=0)
     online_memory_share: float = Field(1.0, ge=0, le=1)  # machines: the traced memory that is the online pods' 
     system_cpu_fraction: float = Field(0.08, ge=0)  # of capacity at 100% machine utilisation
     system_memory_fraction: float = Field(0.03, ge=0)
     node_name_prefix: str = "sim-node-"
+
+    @model_validator(mode="after")
+    def _history_named(self) -> SimSpec:
+        if self.scenario == "history" and (not self.history or self.start_ms is None):
+            raise ValueError("the history scenario needs `history` (the history's directory) and `start_ms` (where "
+                             "it starts): koordsim.history.spec(path) gives both")  # fmt: skip
+        return self
 
     def resolved(self, wall_ms: int | None = None) -> SimSpec:
         wall = int(time.time() * 1000) if wall_ms is None else int(wall_ms)
         update = {}
         if self.wall_anchor_ms is None:
             update["wall_anchor_ms"] = wall
-        if self.start_ms is None and self.scenario == "history" and self.history:
-            from . import history  # reads the history once (kept while its files are unchanged)
-
-            update["start_ms"] = history.start_ms(self.history)  # a replay of a history starts where it starts
-        elif self.start_ms is None:
+        if self.start_ms is None:
             update["start_ms"] = update.get("wall_anchor_ms", self.wall_anchor_ms)
         if self.trace_set == "auto" and self.traces_dir is None:
             update["trace_set"] = traces.trace_source().kind
