@@ -31,7 +31,7 @@ from pathlib import Path
 # slo_controller.py) would shadow the services' packages the replay imports.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def floor_rate(spec, hours: float, tick_s: int = 60) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .ledger import RISK_THRESHOLD_PCT
 from .runner import ConfigRun
 
 COLUMNS = (
@@ -24,7 +25,7 @@ COLUMNS = (
     ("batch CPU-h done", "done"),
     ("queue delay p50 / p95", "delay"),
     ("held back by", "held_back"),
-    ("over threshold node-min", "over_thr"),
+    (f"node-min over {RISK_THRESHOLD_PCT:g} % CPU", "over_thr"),
     ("over capacity node-min (cpu / mem)", "over_cap"),
     ("BE CPU-s suppressed", "suppressed"),
     ("evictions (qos / desched)", "evictions"),
@@ -79,7 +80,7 @@ def row(run: ConfigRun) -> dict[str, str]:
     return {
         "config": run.name,
         **batch,
-        "over_thr": _num(risk["node_minutes_over_suppress_threshold"], 0),
+        "over_thr": _num(risk["node_minutes_over_risk_threshold"], 0),
         "over_cap": f"{_num(risk['node_minutes_over_cpu_capacity'], 0)} / {_num(risk['node_minutes_over_memory_capacity'], 0)}",
         "util": f"{_num(util['mean'])} / {_num(util['p95'])} / {_num(util['stddev_across_nodes'])}",
     }
@@ -97,7 +98,7 @@ def markdown_table(runs: Sequence[ConfigRun]) -> str:
 
 def _risk(run: ConfigRun) -> tuple[float, float, float]:
     r = run.summary["online_risk"]
-    return (r["node_minutes_over_suppress_threshold"], r["node_minutes_over_cpu_capacity"],
+    return (r["node_minutes_over_risk_threshold"], r["node_minutes_over_cpu_capacity"],
             r["node_minutes_over_memory_capacity"])
 
 
@@ -122,13 +123,13 @@ def recommend(runs: Sequence[ConfigRun]) -> tuple[ConfigRun | None, str]:
         return best, (
             f"it reclaims the most CPU ({rc:.1f} % of node capacity on average as batch allocatable) among the "
             f"{len(safe)} of {len(candidates)} configurations whose online risk is no worse than without "
-            f"colocation ({limit[0]:.0f} node-minutes over the suppress threshold, {limit[1]:.0f} / {limit[2]:.0f} "
+            f"colocation ({limit[0]:.0f} node-minutes above {RISK_THRESHOLD_PCT:g} % CPU, {limit[1]:.0f} / {limit[2]:.0f} "
             "over CPU / memory capacity)"
         )
     best = min(candidates, key=lambda r: (_risk(r), -r.summary["reclaimed_cpu_pct"]["mean"]))
     return best, (
         "no configuration keeps the online risk at the baseline's; this one has the least "
-        f"({_risk(best)[0]:.0f} node-minutes over the suppress threshold against {limit[0]:.0f} without colocation)"
+        f"({_risk(best)[0]:.0f} node-minutes above {RISK_THRESHOLD_PCT:g} % CPU against {limit[0]:.0f} without colocation)"
     )
 
 
@@ -189,16 +190,16 @@ def plots(runs: Sequence[ConfigRun], doc: dict[str, Any], out: Path) -> dict[str
     others = [r for r in runs if not r.summary["baseline"]]
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for r in others:
-        x = r.summary["online_risk"]["node_minutes_over_suppress_threshold"]
+        x = r.summary["online_risk"]["node_minutes_over_risk_threshold"]
         y = r.summary["reclaimed_cpu_pct"]["mean"]
         star = r.name == doc["recommended"]
         ax.scatter([x], [y], s=80 if star else 40, marker="*" if star else "o", zorder=3)
         ax.annotate(r.name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     if base is not None:
-        ax.axvline(base.summary["online_risk"]["node_minutes_over_suppress_threshold"], color="grey", ls="--",
+        ax.axvline(base.summary["online_risk"]["node_minutes_over_risk_threshold"], color="grey", ls="--",
                    label="online alone (no colocation)")
         ax.legend(loc="lower right", fontsize=8)
-    ax.set_xlabel("online risk: node-minutes over the CPU suppress threshold")
+    ax.set_xlabel(f"online risk: node-minutes above {RISK_THRESHOLD_PCT:g} % CPU")
     ax.set_ylabel("reclaimed: batch CPU allocatable, % of node CPU (mean)")
     ax.set_title("Reclaimed capacity against risk, per configuration")
     ax.grid(alpha=0.3)
