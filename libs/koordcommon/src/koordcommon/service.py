@@ -503,6 +503,13 @@ class Service:
         """
         self._started = True
 
+    def asgi(self) -> Guard:
+        """What the HTTP server runs: the hot POST paths and the app, behind the guard (body size,
+        JSON depth, bearer tokens for writes)."""
+        st = self.settings
+        return Guard(self.post_routes, st.api_auth_backend(), st.max_body_bytes, st.max_json_depth,
+                     st.api_protect_reads, self.public_paths)
+
     def on_shutdown(self, fn: Hook) -> Hook:
         """Register a coroutine function run after main returned (last registered runs first)."""
         self._hooks.append(fn)
@@ -557,10 +564,8 @@ class Service:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         _UP.labels(self.name).set(1)
         st = self.settings
-        guarded = Guard(self.post_routes, st.api_auth_backend(), st.max_body_bytes, st.max_json_depth,
-                        st.api_protect_reads, self.public_paths)
         config = uvicorn.Config(
-            guarded,
+            self.asgi(),
             host=self.settings.http_host,
             port=self.settings.http_port,
             **server_ssl_options(st.http_tls_cert_file, st.http_tls_key_file, st.http_tls_client_ca_file),
