@@ -29,14 +29,19 @@ FILTER = "koord.metrics.>"
 POD_LEVEL_CONTAINER = "_pod"
 
 Resolve = Callable[[schemas.PodUsage], Awaitable[WorkloadKey]]
+MethodOf = Callable[[WorkloadKey, schemas.PodUsage], Awaitable[str | None]]
 
 
-async def apply_sample(state: RecommenderState, msg: schemas.NodeMetricSample, resolve: Resolve) -> int:
+async def apply_sample(
+    state: RecommenderState, msg: schemas.NodeMetricSample, resolve: Resolve, method_of: MethodOf | None = None
+) -> int:
     """Feed one NodeMetricSample into the state; the number of container samples accepted."""
     t = msg.ts / 1000.0
     accepted = 0
     for pod in msg.pods:
         workload = await resolve(pod)
+        if method_of is not None:
+            state.set_method(workload, await method_of(workload, pod))
         containers: Iterable[schemas.ContainerUsage] = pod.containers or [
             schemas.ContainerUsage(name=POD_LEVEL_CONTAINER, requests=pod.requests, limits=pod.limits, usage=pod.usage)
         ]
@@ -65,12 +70,13 @@ async def consume_usage(
     resolve: Resolve,
     after_batch: Callable[[], Awaitable[None]] | None = None,
     batch: int = 500,
+    method_of: MethodOf | None = None,
 ):
     """Start the durable consumer; `after_batch` runs before the batch is acked (checkpointing)."""
 
     async def handle(deliveries: list[Delivery[schemas.NodeMetricSample]]) -> None:
         for d in deliveries:
-            await apply_sample(state, d.msg, resolve)
+            await apply_sample(state, d.msg, resolve, method_of)
         if after_batch is not None:
             await after_batch()
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 from koordcommon import schemas
@@ -64,6 +66,54 @@ class WorkloadResolver:
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return wl
+
+
+# The pod-template annotation that picks a workload's recommender method (core/methods).
+METHOD_ANNOTATION = "analysis.koordinator.sh/recommender"
+METHOD_TTL_S = 600.0
+
+
+class MethodResolver:
+    """workload -> the method its pods' annotation names (None: the cluster-wide setting).
+
+    Asked once per workload and then every METHOD_TTL_S, from one of its pods through the
+    cluster port; an unknown value is logged and ignored (the cluster-wide method applies), a
+    failed lookup keeps the last answer.
+    """
+
+    def __init__(self, cluster: ClusterPort | None, known: Iterable[str], cache_size: int = 10_000) -> None:
+        self.cluster = cluster
+        self.known = frozenset(known)
+        self.cache_size = cache_size
+        self._cache: OrderedDict[WorkloadKey, tuple[float, str | None]] = OrderedDict()
+
+    async def __call__(self, workload: WorkloadKey, pod: schemas.PodUsage) -> str | None:
+        if self.cluster is None:
+            return None
+        now = time.monotonic()
+        hit = self._cache.get(workload)
+        if hit is not None and now - hit[0] < METHOD_TTL_S:
+            return hit[1]
+        method = hit[1] if hit is not None else None
+        try:
+            record = await self.cluster.get_pod(pod.namespace, pod.name)
+        except Exception as exc:  # noqa: BLE001 - a lookup failure keeps the last answer
+            log.warning("pod lookup for the recommender annotation failed", extra={"pod": pod.name, "error": str(exc)})
+            record = None
+        else:
+            value = (record.annotations.get(METHOD_ANNOTATION) if record is not None else None) or None
+            if value is not None and value not in self.known:
+                log.warning(
+                    "unknown recommender method in annotation; the cluster-wide method applies",
+                    extra={"workload": str(workload), "annotation": METHOD_ANNOTATION, "value": value, "known": sorted(self.known)},
+                )
+                value = None
+            method = value
+        self._cache[workload] = (now, method)
+        self._cache.move_to_end(workload)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return method
 
 
 def _quantities(cpu_milli: int, memory_bytes: int) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from koordcommon.service import Service, ServiceSettings, run_service, settings_config
 from koordcommon.wiring import start_bus, start_cluster
@@ -40,11 +40,14 @@ class Settings(ServiceSettings):
     # every 10 s; VPA assumes 60).
     sample_interval_s: float = Field(10.0, gt=0)
     write_custom_objects: bool = True
+    # The recommender method of every workload whose pods do not name one in the
+    # analysis.koordinator.sh/recommender annotation (core/methods; README, evaluation).
+    method: Literal["vpa", "autopilot-window", "autopilot-ml"] = "vpa"
 
 
 def build_state(s: Settings) -> RecommenderState:
     return RecommenderState(
-        core_config(AggregationConfig, s), core_config(EstimatorConfig, s), change_threshold=s.change_threshold
+        core_config(AggregationConfig, s), core_config(EstimatorConfig, s), change_threshold=s.change_threshold, method=s.method
     )
 
 

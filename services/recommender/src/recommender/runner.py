@@ -49,6 +49,7 @@ class Recommender:
         self.intervals = intervals or Intervals()
         self.write_custom_objects = write_custom_objects
         self.resolve = clusterio.WorkloadResolver(cluster)
+        self.method_of = clusterio.MethodResolver(cluster, ("vpa", *state.methods))
         self.consumer = None
         self._lock = asyncio.Lock()  # one checkpoint at a time
         self._last_checkpoint = time.monotonic()
@@ -109,7 +110,7 @@ class Recommender:
         await self.load()
         if self.bus is not None:
             await self.bus.ensure_streams(subjects.METRICS_STREAM, subjects.RECOMMENDATION_STREAM)
-            self.consumer = await busio.consume_usage(self.bus, self.state, self.resolve, self._after_batch, batch)
+            self.consumer = await busio.consume_usage(self.bus, self.state, self.resolve, self._after_batch, batch, self.method_of)
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Publish and checkpoint on their intervals until `stopping`; then a last checkpoint."""

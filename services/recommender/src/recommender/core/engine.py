@@ -6,15 +6,22 @@ Adapters feed it plain samples (bus), ask it what changed (publisher), what to c
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from .aggregate import AggregateState, AggregationConfig, OOMDiscarded, pod_key
-from .estimator import ContainerEstimate, Estimate, EstimatorConfig, changed_beyond, estimate, savings
+from .estimator import ContainerEstimate, Estimate, EstimatorConfig, _amount, changed_beyond, estimate, savings
+from .methods import METHODS, VPA, Recommender, Sample
 from .profile import Stats
 from .workload import ContainerKey, WorkloadKey
 
 # A pod counts as a live replica while it reported within this long.
 REPLICA_WINDOW_S = 600.0
+
+# A checkpoint of a container under another method than VPA: version byte 2, the method's
+# name and the aggregate's length, then the aggregate (version 1 on its own) and the method state.
+_ENVELOPE = struct.Struct("<BHI")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +68,21 @@ class RecommenderState:
         aggregation: AggregationConfig | None = None,
         estimator: EstimatorConfig | None = None,
         change_threshold: float = 0.1,
+        method: str = VPA.name,
+        methods: dict[str, Recommender] | None = None,
     ) -> None:
         self.aggregation = aggregation or AggregationConfig()
         self.estimator = estimator or EstimatorConfig()
         self.change_threshold = change_threshold
+        # The method every workload uses unless its own setting names another. VPA's state (the
+        # AggregateState) is always kept: it carries the profile, replicas and requests the API
+        # shows; another method keeps its own state beside it.
+        self.methods: dict[str, Recommender] = methods or {n: cls() for n, cls in METHODS.items() if n != VPA.name}
+        if method != VPA.name and method not in self.methods:
+            raise ValueError(f"unknown recommender method {method!r}: one of {', '.join(sorted(METHODS))}")
+        self.default_method = method
+        self._method_of: dict[WorkloadKey, str] = {}  # workloads whose own setting differs from the default
+        self.method_states: dict[ContainerKey, tuple[str, Any]] = {}
         self.containers: dict[ContainerKey, AggregateState] = {}
         # container names per workload, sorted (a tuple is a fifth of a set's size)
         self._by_workload: dict[WorkloadKey, tuple[str, ...]] = {}
@@ -91,6 +109,35 @@ class RecommenderState:
         if key.container not in names:
             self._by_workload[key.workload] = tuple(sorted((*names, key.container)))
 
+    def method_of(self, workload: WorkloadKey) -> str:
+        return self._method_of.get(workload, self.default_method)
+
+    def set_method(self, workload: WorkloadKey, method: str | None) -> None:
+        """The workload's own method (None: the default). A workload moved to another method
+        starts that method's state afresh; VPA's is always there."""
+        if method is not None and method != VPA.name and method not in self.methods:
+            raise ValueError(f"unknown recommender method {method!r}")
+        name = method or self.default_method
+        if name == self.method_of(workload):
+            return
+        if name == self.default_method:
+            self._method_of.pop(workload, None)
+        else:
+            self._method_of[workload] = name
+        for c in self._by_workload.get(workload, ()):
+            self.method_states.pop(ContainerKey(workload, c), None)
+        self._dirty_publish.add(workload)
+
+    def _method_state(self, key: ContainerKey) -> tuple[Recommender, Any] | None:
+        name = self.method_of(key.workload)
+        if name == VPA.name:
+            return None
+        held = self.method_states.get(key)
+        method = self.methods[name]
+        if held is None or held[0] != name:
+            held = self.method_states[key] = (name, method.new_state())
+        return method, held[1]
+
     def add(self, s: UsageSample) -> bool:
         if s.t > self.now:  # noqa: PLR1730 (per sample: cheaper than max())
             self.now = s.t
@@ -103,6 +150,11 @@ class RecommenderState:
             took |= st.add_cpu_sample(pk, s.t, s.cpu_cores, s.cpu_request_cores)
         if s.memory_bytes is not None:
             took |= st.add_memory_sample(pk, s.t, s.memory_bytes, s.memory_request_bytes)
+        if took and (self._method_of or self.default_method != VPA.name):
+            held = self._method_state(s.key)
+            if held is not None:
+                # only what VPA's dedupe accepted: a redelivered sample counts once here too
+                held[0].add(held[1], Sample(s.t, s.cpu_cores, s.memory_bytes, s.cpu_request_cores, s.memory_request_bytes, pk))
         if took:
             self.samples_accepted += 1
             self.dirty_checkpoint.add(s.key)
@@ -133,8 +185,12 @@ class RecommenderState:
         now = self.now if now is None else now
         out = []
         for name in names:
-            st = self.containers[ContainerKey(workload, name)]
+            key = ContainerKey(workload, name)
+            st = self.containers[key]
             est = estimate(st, self.estimator, containers_per_pod=len(names))
+            held = self._method_state(key)
+            if held is not None:
+                est = self._method_estimate(held, est, now, len(names))
             current = None
             if st.cpu_request_cores > 0 or st.memory_request_bytes > 0:
                 current = Estimate(round(st.cpu_request_cores * 1000), int(st.memory_request_bytes))
@@ -156,6 +212,17 @@ class RecommenderState:
                 )
             )
         return WorkloadResult(workload, out)
+
+    def _method_estimate(self, held: tuple[Recommender, Any], vpa: ContainerEstimate, now: float, containers: int) -> ContainerEstimate:
+        """Another method's request as the target, its limit as the upper bound, with the same
+        per-pod minimums as VPA's; the confidence stays VPA's history length."""
+        rec = held[0].recommend(held[1], now)
+        n = max(containers, 1)
+        min_cpu = _amount(self.estimator.pod_min_cpu_milli / n)
+        min_mem = _amount(self.estimator.pod_min_memory_bytes / n)
+        target = Estimate(max(_amount(rec.request.cpu_cores * 1000), min_cpu), max(_amount(rec.request.memory_bytes), min_mem))
+        upper = Estimate(max(_amount(rec.limit.cpu_cores * 1000), target.cpu_milli), max(_amount(rec.limit.memory_bytes), target.memory_bytes))
+        return ContainerEstimate(target=target, lower_bound=target, upper_bound=upper, confidence=vpa.confidence)
 
     def changed(self, now: float | None = None) -> list[WorkloadResult]:
         """Workloads whose target moved beyond the threshold since last reported (or are new);
@@ -180,6 +247,7 @@ class RecommenderState:
         gone = [k for k, st in self.containers.items() if st.is_expired(now)]
         for k in gone:
             del self.containers[k]
+            self.method_states.pop(k, None)
             names = tuple(n for n in self._by_workload.get(k.workload, ()) if n != k.container)
             if names:
                 self._by_workload[k.workload] = names
@@ -194,16 +262,37 @@ class RecommenderState:
                 self.dirty_checkpoint.add(k)
         return gone
 
+    def checkpoint(self, key: ContainerKey) -> bytes:
+        """The container's aggregate, wrapped with its method's state when it has one."""
+        agg = self.containers[key].save()
+        held = self.method_states.get(key)
+        if held is None:
+            return agg
+        name = held[0].encode()
+        return _ENVELOPE.pack(2, len(name), len(agg)) + name + agg + self.methods[held[0]].save(held[1])
+
     def take_dirty(self) -> dict[ContainerKey, bytes]:
         """Checkpoints of every container changed since the last call."""
-        out = {k: self.containers[k].save() for k in self.dirty_checkpoint if k in self.containers}
+        out = {k: self.checkpoint(k) for k in self.dirty_checkpoint if k in self.containers}
         self.dirty_checkpoint.clear()
         return out
 
     def snapshot(self) -> dict[ContainerKey, bytes]:
-        return {k: st.save() for k, st in self.containers.items()}
+        return {k: self.checkpoint(k) for k in self.containers}
 
     def restore(self, key: ContainerKey, data: bytes) -> None:
+        if data[:1] == b"\x02":
+            _, n, agg_len = _ENVELOPE.unpack_from(data, 0)
+            off = _ENVELOPE.size
+            name = data[off : off + n].decode()
+            off += n
+            agg, rest = data[off : off + agg_len], data[off + agg_len :]
+            data = agg
+            # a method no longer configured is dropped: the container falls back to the default
+            if name in self.methods:
+                self.method_states[key] = (name, self.methods[name].load(rest))
+                if name != self.default_method:
+                    self._method_of[key.workload] = name
         st = self.containers[key] = AggregateState.load(data, self.aggregation)
         if st.last_sample_ts is not None and st.last_sample_ts > self.now:
             self.now = st.last_sample_ts

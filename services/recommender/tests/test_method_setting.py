@@ -1,0 +1,100 @@
+"""The active recommender method: cluster-wide setting, per-workload annotation, checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from koordcommon.records import PodRecord
+from koordcommon.schemas import Owner, PodUsage
+from koordsim.cluster import SimCluster
+from koordsim.spec import SimSpec
+from recommender.cluster import METHOD_ANNOTATION, MethodResolver
+from recommender.core.engine import RecommenderState, UsageSample
+from recommender.core.methods import AutopilotWindow, Sample
+from recommender.core.workload import ContainerKey, WorkloadKey
+from recommender.main import Settings
+
+T0 = 1_700_006_400.0
+WL = WorkloadKey("ns", "Deployment", "api")
+KEY = ContainerKey(WL, "app")
+
+
+def feed(state: RecommenderState, n: int = 400) -> None:
+    for i in range(n):
+        # 1 core, and 4 cores one sample in ten
+        state.add(UsageSample(KEY, "pod-1", T0 + 60 * i, 4.0 if i % 10 == 9 else 1.0, 2e9, 1.0, 2e9))
+
+
+def target(state: RecommenderState):
+    return state.recommend(WL).containers[0].estimate
+
+
+def test_the_default_method_and_a_workload_of_its_own():
+    vpa = RecommenderState()
+    feed(vpa)
+    window = RecommenderState(method="autopilot-window")
+    feed(window)
+    # what the moving window gives on the same samples, through the method on its own
+    mw = AutopilotWindow()
+    st = mw.new_state()
+    for i in range(400):
+        mw.add(st, Sample(T0 + 60 * i, 4.0 if i % 10 == 9 else 1.0, 2e9, 1.0, 2e9))
+    rec = mw.recommend(st, window.now)
+    assert target(window).target.cpu_milli == int(rec.request.cpu_cores * 1000) != target(vpa).target.cpu_milli
+    assert target(window).upper_bound.cpu_milli == int(rec.limit.cpu_cores * 1000)
+    # the annotation moves one workload to another method; None takes it back to the default
+    vpa.set_method(WL, "autopilot-window")
+    assert vpa.method_of(WL) == "autopilot-window" and KEY not in vpa.method_states
+    feed(vpa)  # the same samples again are redeliveries: VPA's dedupe drops them, the method too
+    assert KEY not in vpa.method_states
+    vpa.set_method(WL, None)
+    assert vpa.method_of(WL) == "vpa"
+    with pytest.raises(ValueError, match="unknown recommender method"):
+        vpa.set_method(WL, "crane")
+    with pytest.raises(ValueError, match="unknown recommender method"):
+        RecommenderState(method="crane")
+
+
+def test_a_method_state_survives_the_checkpoint():
+    state = RecommenderState()
+    state.set_method(WL, "autopilot-ml")
+    feed(state)
+    before = target(state)
+    data = state.snapshot()[KEY]
+    assert data[0] == 2  # the envelope: aggregate and method state
+    again = RecommenderState()
+    again.restore(KEY, data)
+    assert again.method_of(WL) == "autopilot-ml"
+    assert target(again) == before
+    plain = RecommenderState()
+    feed(plain)
+    assert plain.snapshot()[KEY][0] == 1  # VPA alone: the aggregate as before
+
+
+def test_the_setting_names_the_methods():
+    assert Settings().method == "vpa"
+    assert Settings(method="autopilot-ml").method == "autopilot-ml"
+    with pytest.raises(ValueError, match="autopilot-window"):
+        Settings(method="autopilot")
+
+
+async def test_the_annotation_is_read_from_the_workload_pod():
+    cluster = SimCluster(SimSpec(nodes=1, online_pods_per_node=2))
+    await cluster.start()
+    pods = await cluster.list_pods()
+    annotated = dataclasses.replace(pods[0], name="annotated", uid="", annotations={METHOD_ANNOTATION: "autopilot-ml"})
+    odd = dataclasses.replace(pods[0], name="odd", uid="", annotations={METHOD_ANNOTATION: "crane"})
+    for p in (annotated, odd):
+        await cluster.create_pod(p)
+    resolve = MethodResolver(cluster, ("vpa", "autopilot-window", "autopilot-ml"))
+
+    def usage(p: PodRecord) -> PodUsage:
+        return PodUsage(uid=p.uid, namespace=p.namespace, name=p.name, owner=Owner(kind="ReplicaSet", name="x"))
+
+    assert await resolve(WorkloadKey("a", "Deployment", "a"), usage(annotated)) == "autopilot-ml"
+    assert await resolve(WorkloadKey("b", "Deployment", "b"), usage(odd)) is None  # unknown: the default
+    assert await resolve(WorkloadKey("c", "Deployment", "c"), usage(pods[1])) is None
+    # answered from the cache afterwards, even for a pod the cluster no longer has
+    assert await resolve(WorkloadKey("a", "Deployment", "a"), usage(dataclasses.replace(annotated, name="gone"))) == "autopilot-ml"
+    assert await MethodResolver(None, ())(WorkloadKey("a", "Deployment", "a"), usage(annotated)) is None
