@@ -8,6 +8,7 @@ and submits batch work. Every service runs as its own process, exactly as deploy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -238,17 +239,31 @@ class Launcher:
         ports = {s.name: free_port() for s in self.plan.services}
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         for spec in self.plan.services:
-            log_path = self.data_dir / f"{spec.name}.log"
-            proc = subprocess.Popen(
-                [sys.executable, "-m", spec.module],
-                env=self.service_env(spec, ports[spec.name], urls),
-                stdout=open(log_path, "ab"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self.running.append(RunningService(spec, ports[spec.name], proc, log_path))
+            self.running.append(self._spawn(spec, ports[spec.name], urls))
         self.write_state()
         return self.running
+
+    def _spawn(self, spec: ServiceDef, port: int, urls: dict[str, str]) -> RunningService:
+        log_path = self.data_dir / f"{spec.name}.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", spec.module],
+            env=self.service_env(spec, port, urls),
+            stdout=open(log_path, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return RunningService(spec, port, proc, log_path)
+
+    def restart(self, name: str, sig: int = signal.SIGKILL) -> RunningService:
+        """Stop one service with `sig` (SIGKILL: a crash) and start it again on the same port, with
+        the same settings and data directory: what an orchestrator does after a crash."""
+        i, old = next((i, r) for i, r in enumerate(self.running) if r.spec.name == name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(old.process.pid, sig)
+        old.process.wait()
+        urls = {r.spec.name: r.url for r in self.running}
+        self.running[i] = self._spawn(old.spec, old.port, urls)
+        return self.running[i]
 
     def write_state(self) -> None:
         state = {
