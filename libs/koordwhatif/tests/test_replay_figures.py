@@ -1,0 +1,106 @@
+"""Small replays whose figures are computed by hand: two nodes of a recorded history with
+constant usage, a few minutes, each configuration's batch allocatable and online risk exact.
+
+node-1: 16 cores / 64 GiB; records 6000m and 20 GiB, of which web-1 (koord-prod, requests 8000m
+and 24 GiB) uses 4000m and 16 GiB: system 2000m and 4 GiB. node-2: 16 cores / 64 GiB; records
+2000m and 8 GiB, of which api-2 (koord-prod, requests 4000m and 8 GiB) uses 1000m and 4 GiB:
+system 1000m and 4 GiB.
+
+Batch allocatable (Koordinator's BatchResource, usage policy):
+    capacity - capacity x (100 - reclaim%) / 100 - max(system, reserved) - HP used
+cpuReclaimThresholdPercent 60, memoryReclaimThresholdPercent 65 (the default configuration):
+    node-1 cpu 16000 - 6400 - 2000 - 4000 = 3600m      mem 64 - 22.4 - 4 - 16 = 21.6 GiB
+    node-2 cpu 16000 - 6400 - 1000 - 1000 = 7600m      mem 64 - 22.4 - 4 - 4  = 33.6 GiB
+maxUsageRequest takes max(usage, request) per HP pod: node-1 16000 - 6400 - 2000 - 8000 = -400 -> 0,
+node-2 16000 - 6400 - 1000 - 4000 = 4600m.
+
+The node agent reports its first NodeMetric at the first whole minute after it starts (the
+replay's second tick), so the first tick offers nothing: over T ticks the mean is (T - 1) / T of
+the steady value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from koordcommon.clusterhistory import COLUMNS, NODE_USAGE, NODES, POD_USAGE, csv_text
+from koordwhatif import scenario
+from koordwhatif.config import WhatIfConfig, with_knob
+from koordwhatif.engine import replay
+
+GIB = 1 << 30
+MIN = 60_000
+T0 = 1_700_000_040_000
+TICKS = 5
+
+
+def write(directory: Path, table: str, rows: list[dict]) -> None:
+    cols = COLUMNS[table]
+    (directory / f"{table}.csv").write_text(csv_text([cols, *([r.get(c, "") for c in cols] for r in rows)]))
+
+
+def history(directory: Path, node1_cpu: int = 6000) -> Path:
+    node = {"capacity_cpu_milli": 16_000, "capacity_memory_bytes": 64 * GIB, "allocatable_cpu_milli": 16_000,
+            "allocatable_memory_bytes": 64 * GIB}  # fmt: skip
+    write(directory, NODES, [{"node": "node-1", **node}, {"node": "node-2", **node}])
+    usage, pods = [], []
+    for k in range(TICKS + 2):
+        t = T0 + k * MIN
+        usage += [{"ts": t, "node": "node-1", "cpu_milli": node1_cpu, "memory_bytes": 20 * GIB},
+                  {"ts": t, "node": "node-2", "cpu_milli": 2000, "memory_bytes": 8 * GIB}]  # fmt: skip
+        for node, name, req_c, req_m, cpu, mem in (("node-1", "web-1", 8000, 24 * GIB, 4000, 16 * GIB),
+                                                   ("node-2", "api-2", 4000, 8 * GIB, 1000, 4 * GIB)):
+            pods.append({"ts": t, "node": node, "namespace": "shop", "name": name, "uid": f"uid-{name}",
+                         "priority_class": "koord-prod", "qos": "LS", "requests_cpu_milli": req_c,
+                         "requests_memory_bytes": req_m, "cpu_milli": cpu, "memory_bytes": mem})  # fmt: skip
+    write(directory, NODE_USAGE, usage)
+    write(directory, POD_USAGE, pods)
+    return directory
+
+
+def run(directory: Path, cfg: WhatIfConfig):
+    spec, _ = scenario.spec_for("history", history=directory, batch_load=0)
+    return replay(spec, cfg, duration_s=TICKS * 60)
+
+
+def steady(per_node: list[float]) -> list[list[float]]:
+    """Per tick and node: nothing on the first tick, then the steady values."""
+    return [[0.0, 0.0]] + [per_node] * (TICKS - 1)
+
+
+@pytest.mark.parametrize("knobs, cpu, mem", [
+    ({}, [3600, 7600], [21.6, 33.6]),
+    ({"cpuReclaimThresholdPercent": 70}, [5200, 9200], [21.6, 33.6]),  # margin 4800 instead of 6400
+    ({"cpuCalculatePolicy": "maxUsageRequest"}, [0, 4600], [21.6, 33.6]),
+    ({"memoryCalculatePolicy": "maxUsageRequest"}, [3600, 7600], [13.6, 29.6]),  # HP memory 24 / 8 GiB
+    ({"memoryReclaimThresholdPercent": 50}, [3600, 7600], [12.0, 24.0]),  # margin 32 GiB
+])
+def test_batch_allocatable_by_hand(tmp_path, knobs, cpu, mem):
+    cfg = WhatIfConfig()
+    for knob, value in knobs.items():
+        cfg = with_knob(cfg, knob, value)
+    result = run(history(tmp_path), cfg)
+    ledger = result.ledger
+    assert ledger.series("batch_alloc_cpu").tolist() == steady([float(c) for c in cpu])
+    got_mem = ledger.series("batch_alloc_mem") / GIB
+    assert [[round(v, 6) for v in row] for row in got_mem.tolist()] == steady(mem)
+    s = result.summary()
+    # percent of node capacity, mean over node-ticks: (TICKS - 1) / TICKS of the nodes' mean
+    assert s["reclaimed_cpu_pct"]["mean"] == pytest.approx((TICKS - 1) / TICKS * sum(cpu) / 2 / 16_000 * 100)
+    assert s["reclaimed_memory_pct"]["mean"] == pytest.approx((TICKS - 1) / TICKS * sum(mem) / 2 / 64 * 100)
+    assert s["node_minutes"] == 2 * TICKS
+
+
+@pytest.mark.parametrize("node1_cpu, over", [
+    (6000, 0),  # 37.5 % and 12.5 %: under the 65 % reference
+    (10_400, 0),  # exactly 65 %: not over
+    (11_000, TICKS),  # 68.75 % every minute on node-1
+])
+def test_online_risk_by_hand(tmp_path, node1_cpu, over):
+    result = run(history(tmp_path, node1_cpu), WhatIfConfig(colocation=False))
+    risk = result.summary()["online_risk"]
+    assert risk["risk_threshold_pct"] == 65.0
+    assert risk["node_minutes_over_risk_threshold"] == over
+    assert risk["node_minutes_over_cpu_capacity"] == 0
+    assert result.ledger.series("online_cpu").tolist() == [[float(node1_cpu), 2000.0]] * TICKS
