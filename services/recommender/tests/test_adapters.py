@@ -136,7 +136,17 @@ def test_api_workload_detail(client):
     assert app["current_requests"]["cpu"] == "1"
     assert app["recommendation"]["target"]["cpu"].endswith("m")
     assert set(app["profile"]) == {"1h", "1d", "7d"} and app["profile"]["1h"]["cpu_milli"]["max"] == 660
-    assert body["estimated_savings"]["cpu_milli"] > 0
+    # minutes of history, far below a day: provisional, and its savings are not counted
+    assert app["recommendation"]["confidence"] < 1 and app["provisional"] is True and body["provisional"] is True
+    assert body["estimated_savings"] is None
+    assert body["provisional_savings"]["cpu_milli"] >= app["estimated_savings"]["cpu_milli"] > 0
+
+
+@pytest.mark.parametrize("confidence, expected", [(0.0, True), (0.99, True), (1.0, False), (7.5, False)])
+def test_provisional_below_a_day_of_history(confidence, expected):
+    from recommender.api import provisional
+
+    assert provisional(confidence) is expected
 
 
 @pytest.mark.parametrize(

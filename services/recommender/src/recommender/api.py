@@ -1,4 +1,9 @@
-"""REST API: /api/v1/recommendations (filtered, paginated) and one workload by key."""
+"""REST API: /api/v1/recommendations (filtered, paginated) and one workload by key.
+
+A recommendation with less than a day of history (VPA's confidence below 1) is marked
+`provisional` and left out of the workload's `estimated_savings` (its part is
+`provisional_savings`), so dashboards and koordctl add up only recommendations worth acting on.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,20 @@ from .core.profile import LEVELS, Stats
 from .core.workload import WorkloadKey
 
 router = APIRouter(prefix="/api/v1", tags=["recommendations"])
+
+# A recommendation whose history is shorter than this many confidence intervals (one day each,
+# VPA's confidence) is provisional: shown as such, and left out of the estimated savings.
+PROVISIONAL_BELOW = 1.0
+
+
+def provisional(confidence: float) -> bool:
+    return confidence < PROVISIONAL_BELOW
+
+
+def _sum(parts: list[Estimate]) -> Estimate | None:
+    if not parts:
+        return None
+    return Estimate(sum(p.cpu_milli for p in parts), sum(p.memory_bytes for p in parts))
 
 
 def _state(request: Request) -> RecommenderState:
@@ -52,6 +71,7 @@ def _container(c: ContainerResult) -> dict[str, Any]:
             "upper_bound": _amount(c.estimate.upper_bound),
             "confidence": round(c.estimate.confidence, 4),
         },
+        "provisional": provisional(c.estimate.confidence),
         "current_requests": _amount(c.current),
         "replicas": c.replicas,
         "estimated_savings": _amount(c.savings),
@@ -71,8 +91,13 @@ def workload_json(r: WorkloadResult) -> dict[str, Any]:
         "kind": r.workload.kind,
         "name": r.workload.name,
         "containers": [_container(c) for c in r.containers],
-        "estimated_savings": _amount(r.savings),
-    }
+        # savings count only recommendations that are not provisional
+        "estimated_savings": _amount(_sum([c.savings for c in r.containers
+                                           if c.savings is not None and not provisional(c.estimate.confidence)])),
+        "provisional_savings": _amount(_sum([c.savings for c in r.containers
+                                             if c.savings is not None and provisional(c.estimate.confidence)])),
+        "provisional": all(provisional(c.estimate.confidence) for c in r.containers),
+    }  # fmt: skip
 
 
 @router.get("/recommendations")
