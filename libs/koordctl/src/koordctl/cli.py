@@ -427,8 +427,11 @@ def recommendations(
         _print_json({"items": items, "total": data.get("total", len(items)), "estimated_savings": savings})
     else:
         console.print(render.recommendations_table(items))
+        pending = render.provisional_count(items)
         console.print(f"{data.get('total', len(items))} workloads; estimated savings "
-                      f"{render.cores(savings['cpu_milli'])} cores / {render.gib(savings['memory_bytes'])}")  # fmt: skip
+                      f"{render.cores(savings['cpu_milli'])} cores / {render.gib(savings['memory_bytes'])}"
+                      + (f" ({pending} provisional recommendation(s), under a day of history, not counted)"
+                         if pending else ""))  # fmt: skip
 
 
 def _load_profile_file(path: Path) -> list[dict]:

@@ -89,10 +89,17 @@ def recommendations_table(items: list[Mapping[str, Any]]) -> Table:
     for w in items:
         for c in w.get("containers", []):
             rec = c.get("recommendation") or {}
+            # less than a day of history: shown, marked, and not counted in the savings total
+            mark = " [yellow]provisional[/]" if c.get("provisional") else ""
             t.add_row(f"{w.get('namespace')}/{w.get('kind')}/{w.get('name')}", str(c.get("container")),
-                      res(c.get("current_requests")), res(rec.get("target")), f"{rec.get('confidence', 0):.2f}",
+                      res(c.get("current_requests")), res(rec.get("target")), f"{rec.get('confidence', 0):.2f}{mark}",
                       res(c.get("estimated_savings")))  # fmt: skip
     return t
+
+
+def provisional_count(items: list[Mapping[str, Any]]) -> int:
+    """Containers whose recommendation is provisional (left out of the savings total)."""
+    return sum(1 for w in items for c in w.get("containers", []) if c.get("provisional"))
 
 
 def total_savings(items: list[Mapping[str, Any]]) -> dict[str, int]:
