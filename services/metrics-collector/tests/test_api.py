@@ -63,6 +63,19 @@ async def test_nodes_latest_and_pages(api):
     assert r.json()["items"][0]["batch_allocatable"] is None and r.json()["items"][0]["degraded"] is None
 
 
+@pytest.mark.parametrize("asked, expected", [
+    ("cpu,memory", ["cpu_milli", "memory_bytes"]),  # the names the parameter's documentation gives
+    ("cpu_milli,memory", ["cpu_milli", "memory_bytes"]),
+    ("prod_used_cpu,system_memory_bytes", ["prod_used_cpu_milli", "system_memory_bytes"]),
+])  # fmt: skip
+async def test_usage_metric_names_with_or_without_unit(api, asked, expected):
+    r = await api.get("/api/v1/nodes/node-b/usage", params={"from": T0, "to": T0 + 20 * MIN, "metrics": asked})
+    assert r.status_code == 200, r.text
+    assert r.json()["metrics"] == expected and set(r.json()["points"][0]["avg"]) == set(expected)
+    p = await api.get("/api/v1/nodes/node-b/percentiles", params={"from": T0, "to": T0 + 20 * MIN, "metric": "memory"})
+    assert p.status_code == 200 and p.json()["metric"] == "memory_bytes"
+
+
 @pytest.mark.parametrize("step, step_ms", [("5m", 5 * MIN), ("60", MIN), ("90s", 90_000), ("1h", 60 * MIN)])
 async def test_node_usage_buckets(api, step, step_ms):
     r = await api.get("/api/v1/nodes/node-b/usage",
@@ -150,7 +163,7 @@ async def test_events_filters_and_pages(api):
         ("/api/v1/nodes/node-a/usage", {"from": "2026-13-01"}, 400, "from: '2026-13-01' is neither"),
         ("/api/v1/nodes/node-a/usage", {"from": T0, "to": T0}, 400, "must be after from"),
         ("/api/v1/nodes/node-a/usage", {"from": T0, "to": T0 + 86_400_000, "step": "1s"}, 400, "more than 11000"),
-        ("/api/v1/nodes/node-a/usage", {"metrics": "cpu_milli,gpu"}, 400, "metrics: unknown gpu"),
+        ("/api/v1/nodes/node-a/usage", {"metrics": "cpu_milli,gpu"}, 400, "metrics: unknown 'gpu'"),
         ("/api/v1/nodes/nope/usage", {}, 404, "node 'nope' has no stored samples"),
         ("/api/v1/pods/nope/usage", {}, 404, "pod 'nope' has no stored samples"),
         ("/api/v1/nodes/node-a/percentiles", {"q": "0.5,150"}, 400, "q: 150 is outside"),

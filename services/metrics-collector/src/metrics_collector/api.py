@@ -47,6 +47,9 @@ SUMMARY_METRICS = (
 )  # fmt: skip
 
 router = APIRouter(prefix="/api/v1", tags=["metrics"])
+METRICS_DOC = ("comma-separated metric names, each with or without its unit (cpu or cpu_milli, memory or "
+               "memory_bytes, prod_used_cpu or prod_used_cpu_milli...; a node has every column of its samples); "
+               "default cpu, memory. Points are keyed by the full names")  # fmt: skip
 
 
 def mount(app: FastAPI, store: Store, settings: Settings) -> None:
@@ -133,14 +136,31 @@ def _since(since: str | None) -> int:
     return parse_time(since, "since") if since else _now_ms() - DEFAULT_WINDOW_MS
 
 
+def metric_aliases(allowed: tuple[str, ...]) -> dict[str, str]:
+    """Each metric by its name and by its short name without the unit (`cpu` for `cpu_milli`,
+    `prod_used_memory` for `prod_used_memory_bytes`)."""
+    out = {m: m for m in allowed}
+    for m in allowed:
+        for unit in ("_milli", "_bytes"):
+            if m.endswith(unit):
+                out.setdefault(m[: -len(unit)], m)
+    return out
+
+
+def _metric(name: str, allowed: tuple[str, ...], param: str) -> str:
+    found = metric_aliases(allowed).get(name.strip())
+    if found is None:
+        raise QueryError(f"{param}: unknown {name!r}; known: {', '.join(allowed)} (or without _milli / _bytes)")
+    return found
+
+
 def _metrics(text: str | None, allowed: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
     if not text:
         return default
-    names = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in names if m not in allowed]
-    if unknown or not names:
-        raise QueryError(f"metrics: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(allowed)}")
-    return names
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise QueryError(f"metrics: unknown (none given); known: {', '.join(allowed)}")
+    return tuple(_metric(m, allowed, "metrics") for m in names)
 
 
 def _encode_cursor(value) -> str:
@@ -279,8 +299,7 @@ async def _series(store: Store, settings: Settings, family: str, key: dict, from
 
 async def _percentiles(store: Store, family: str, key: dict, from_, to, metric, q, method,
                        allowed: tuple[str, ...]) -> dict:  # fmt: skip
-    if metric not in allowed:
-        raise QueryError(f"metric: unknown {metric!r}; known: {', '.join(allowed)}")
+    metric = _metric(metric, allowed, "metric")
     if method not in PERCENTILE_METHODS:
         raise QueryError(f"method: {method!r} is not one of {', '.join(PERCENTILE_METHODS)}")
     quantiles = parse_quantiles(q)
@@ -318,7 +337,7 @@ async def list_nodes(store: StoreDep, limit: PageLimit, cursor: str | None = Non
 @router.get("/nodes/{node}/usage", summary="Node usage time series, downsampled to `step`")
 async def node_usage(store: StoreDep, settings: SettingsDep, node: str, from_: From = None, to: To = None,
                      step: Step = "60s",
-                     metrics: Annotated[str | None, Query(description="comma-separated; default cpu, memory")] = None):  # fmt: skip
+                     metrics: Annotated[str | None, Query(description=METRICS_DOC)] = None):  # fmt: skip
     key = await _node_exists(store, node)
     return await _series(store, settings, "node", key, from_, to, step, metrics, NODE_METRICS)
 
@@ -352,7 +371,8 @@ async def list_pods(store: StoreDep, limit: PageLimit, node: str | None = None, 
 
 @router.get("/pods/{uid}/usage", summary="Pod usage time series, downsampled to `step`")
 async def pod_usage(store: StoreDep, settings: SettingsDep, uid: str, from_: From = None, to: To = None,
-                    step: Step = "60s", metrics: str | None = None):  # fmt: skip
+                    step: Step = "60s",
+                    metrics: Annotated[str | None, Query(description=METRICS_DOC)] = None):  # fmt: skip
     key = await _pod_exists(store, uid)
     return await _series(store, settings, "pod", key, from_, to, step, metrics, POD_METRICS)
 
