@@ -13,7 +13,7 @@ from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetricSample, Owner, PodUsage
 from koordctl.cli import app
 from koordsim.cluster import SimCluster
-from koordsim.spec import SimSpec
+from koordsim.history import spec as history_spec
 from typer.testing import CliRunner
 
 from .conftest import ThreadServer
@@ -92,7 +92,7 @@ def export(url: str, out, *extra: str):
 
 
 def replayed(out) -> list[tuple]:
-    cluster = SimCluster(SimSpec(scenario="history", history=str(out), speed=0))
+    cluster = SimCluster(history_spec(out, speed=0))
     pods = cluster.state.pods
     got = []
     for m, *_ in REPLAYED:
@@ -109,7 +109,7 @@ def test_stored_samples_export_and_replay_exactly(collector, tmp_path):
     assert f"{out}: 2 nodes, 4 pods (3 online, 1 batch/free), 38 pod samples at raw resolution" in r.stdout
     assert (out / "pod_usage.csv").read_text().count("\n") == 1 + 38
     assert replayed(out) == REPLAYED
-    cluster = SimCluster(SimSpec(scenario="history", history=str(out), speed=0))
+    cluster = SimCluster(history_spec(out, speed=0))
     assert sorted(cluster.state.pods) == ["shop/cache-1", "shop/web-1", "shop/web-2"]
     web1, web2 = cluster.state.pods["shop/web-1"], cluster.state.pods["shop/web-2"]
     assert (web1.uid, web1.node_name, web1.priority_class.value, web1.qos.value) == ("uid-web-1", "node-1", "koord-prod", "LS")
@@ -128,7 +128,7 @@ def test_parquet_export_with_node_labels_replays_the_same(collector, tmp_path):
     r = export(collector, out, "--format", "parquet", "--node-labels", str(kubectl), "--node", "node-1")
     assert "labels of 1 node(s)" in r.stdout
     assert sorted(p.name for p in out.iterdir()) == ["node_usage.parquet", "nodes.parquet", "pod_usage.parquet"]
-    cluster = SimCluster(SimSpec(scenario="history", history=str(out), speed=0))
+    cluster = SimCluster(history_spec(out, speed=0))
     assert list(cluster.state.nodes) == ["node-1"]
     assert cluster.state.nodes["node-1"].labels == {"kubernetes.io/hostname": "node-1", "pool": "web"}
     assert [cluster.node_usage("node-1", T0 + m * MIN).cpu_milli for m, *_ in REPLAYED] == [r[1] for r in REPLAYED]

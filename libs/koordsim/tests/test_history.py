@@ -20,6 +20,7 @@ from koordcommon.clusterhistory import (
 )
 from koordsim.cluster import SimCluster
 from koordsim.history import load
+from koordsim.history import spec as history_spec
 from koordsim.scenarios import build
 from koordsim.spec import SimSpec
 
@@ -75,7 +76,7 @@ def two_nodes(tmp_path: Path) -> Path:
 
 
 def spec_of(path: Path) -> SimSpec:
-    return SimSpec(scenario="history", history=str(path), speed=0)
+    return history_spec(path, speed=0)
 
 
 # minute -> web-1 cpu, api-1 cpu, n1 node cpu, n2 node cpu (what the simulated cluster shows)
@@ -278,3 +279,11 @@ def test_columns_in_any_order_and_optional_ones_left_out(tmp_path):
     assert (h.nodes["n1"].labels, h.pod_usage[0].cpu) == ({}, [10, 11])
     (pod_record,) = build(spec_of(tmp_path)).pods
     assert (pod_record.name, pod_record.priority_class.value, pod_record.qos.value) == ("web-1", "koord-prod", "LS")
+
+
+def test_a_history_spec_names_its_directory_and_start(tmp_path):
+    with pytest.raises(ValueError, match="the history scenario needs `history` .* and `start_ms` .*history.spec"):
+        SimSpec(scenario="history", history=str(tmp_path))
+    spec = spec_of(two_nodes(tmp_path))
+    assert (spec.history, spec.start_ms, spec.nodes) == (str(tmp_path.resolve()), T0, 2)
+    assert SimSpec.model_validate(spec.model_dump()) == spec  # the genesis mutation carries it whole

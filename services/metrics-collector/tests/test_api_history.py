@@ -99,6 +99,9 @@ async def test_rollups_give_each_minute_s_average_and_what_the_pod_declared(coll
     ("nodes.csv", {"resolution": "5m"}, 400, "resolution: '5m' is not one of auto, raw, 1m, 1h"),
     ("nodes.csv", {"from": "yesterday"}, 400, "from: 'yesterday' is neither epoch milliseconds nor an RFC 3339 time"),
     ("pods.csv", {}, 404, "no history table 'pods': nodes.csv, node_usage.csv, pod_usage.csv"),
+    ("pod_usage.csv", {"from": 0, "to": "99999999999999999999"}, 400,
+     "to: 99999999999999999999 is outside epoch milliseconds 0 .. 253402300799999 (year 9999)"),
+    ("node_usage.csv", {"node": "a\x00b"}, 400, "node: 'a\\x00b' is not a node name"),
 ])  # fmt: skip
 async def test_bad_requests_are_answered_4xx_naming_the_parameter(collector, path, params, status, detail):
     r = await collector.get(f"/api/v1/history/{path}", params=params)

@@ -581,7 +581,7 @@ def events(
         raise _fail(f"cannot follow events on {url}: {exc.__class__.__name__}: {exc}") from None
 
 
-history_cmd.register(app)
+history_cmd.register(app, sys.modules[__name__])
 explain_cmd.register(app)
 helpfmt.tidy(app)  # last: every command is registered
 

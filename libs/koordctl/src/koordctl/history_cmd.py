@@ -91,13 +91,15 @@ def to_parquet(csv_path: Path) -> Path:
     return out
 
 
-def export(collector: str, start: int, end: int, out: Path, nodes: list[str], resolution: str, progress) -> str:
+def export(client: httpx.Client, collector: str, start: int, end: int, out: Path, nodes: list[str], resolution: str,
+           progress) -> str:  # fmt: skip
     """Stream the three tables into `out`; returns the resolution the collector read them at."""
     out.mkdir(parents=True, exist_ok=True)
     params: dict = {"from": start, "to": end, "resolution": resolution}
     if nodes:
         params["node"] = nodes
-    with httpx.Client(timeout=httpx.Timeout(EXPORT_TIMEOUT_S, connect=10.0)) as client:
+    client.timeout = httpx.Timeout(EXPORT_TIMEOUT_S, connect=10.0)
+    with client:
         for table in ch.TABLES:
             url = f"{collector}/api/v1/history/{table}.csv"
             task = progress(f"{table}.csv")
@@ -121,7 +123,10 @@ def export(collector: str, start: int, end: int, out: Path, nodes: list[str], re
     return params["resolution"]
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, cli) -> None:
+    """Add the command to `app`; `cli` is the module with koordctl's shared helpers (the collector's
+    URL, the HTTP client carrying the API token, one-line failures), handed in, not imported back."""
+
     @app.command("export-history")
     def export_history(
         since: str = typer.Option(..., help="start: a duration before now (24h, 7d), epoch ms or RFC 3339"),
@@ -138,16 +143,15 @@ def register(app: typer.Typer) -> None:
         what-if replay: koordctl whatif --trace history --history DIR."""
         from rich.progress import DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-        from .cli import _fail, _service_url, progress_console
-
+        fail, progress_console = cli._fail, cli.progress_console
         if fmt not in ("csv", "parquet"):
-            raise _fail(f"--format must be csv or parquet, not {fmt!r}", 2)
-        url = _service_url("metrics-collector", collector)
+            raise fail(f"--format must be csv or parquet, not {fmt!r}", 2)
+        url = cli._service_url("metrics-collector", collector)
         now = int(time.time() * 1000)
         start = parse_when(since, now, "--since")
         end = parse_when(until, now, "--until") if until else now
         if end <= start:
-            raise _fail(f"--until ({end}) must be after --since ({start})", 2)
+            raise fail(f"--until ({end}) must be after --since ({start})", 2)
         labels = node_labels(node_labels_file) if node_labels_file else None
         columns = (TextColumn("{task.description}"), DownloadColumn(), TransferSpeedColumn())
         with Progress(*columns, console=progress_console, disable=not progress_console.is_terminal) as bar:
@@ -157,9 +161,9 @@ def register(app: typer.Typer) -> None:
                 return lambda n: bar.advance(task, n)
 
             try:
-                used = export(url, start, end, out, node, resolution, progress)
+                used = export(cli.http_client(), url, start, end, out, node, resolution, progress)
             except RuntimeError as exc:
-                raise _fail(str(exc)) from None
+                raise fail(str(exc)) from None
         if labels is not None:
             typer.echo(f"labels of {_add_labels(out / 'nodes.csv', labels)} node(s) from {node_labels_file}")
         if fmt == "parquet":

@@ -41,7 +41,7 @@ from .usage import TraceSource, UsageModel
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 GAP_HOLD_S = 15 * 60  # a gap up to this long takes the larger of its neighbours; a longer one, the peak
 
-__all__ = ["GAP_HOLD_S", "HistoryError", "Prepared", "assumptions", "build", "load", "prepare", "start_ms"]
+__all__ = ["GAP_HOLD_S", "HistoryError", "Prepared", "assumptions", "build", "load", "prepare", "spec"]
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,12 @@ def _prepare_cached(path: str, _stamp: tuple) -> Prepared:
     return prepare(read_history(path))
 
 
-def start_ms(path: str | os.PathLike) -> int:
-    """Where a replay of the history starts: its first grid time."""
-    return load(path).origin_ms
+def spec(path: str | os.PathLike, **fields) -> SimSpec:
+    """The spec of a cluster replaying the history at `path` from its first grid time (other
+    SimSpec fields as keywords)."""
+    prep = load(path)
+    at = {"start_ms": prep.origin_ms, **fields}
+    return SimSpec(scenario="history", history=str(Path(path).expanduser().resolve()), nodes=len(prep.history.nodes), **at)
 
 
 def _step_ms(h: History) -> int:
@@ -187,8 +190,6 @@ def _incarnation_names(pods: list[HistoryPod]) -> list[str]:
 def build(spec: SimSpec) -> Genesis:
     """The `history` scenario: a cluster replaying its own history."""
     spec = spec.resolved()
-    if not spec.history:
-        raise HistoryError(["the history scenario needs SimSpec.history: the directory of an exported history"])
     prep = load(spec.history)
     h = prep.history
     start = spec.start_ms or 0

@@ -13,11 +13,10 @@ import time
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 from koordcommon.clusterhistory import csv_text
 
-from .api import SettingsDep, StoreDep
 from .core.series import MINUTE_MS, QueryError, choose_resolution, parse_time
 from .history_rows import CHUNK, RESOLUTIONS, ROWS, HistoryRows, Selection
 
@@ -25,9 +24,18 @@ router = APIRouter(prefix="/api/v1", tags=["history"])
 DEFAULT_WINDOW_MS = 24 * 3_600_000
 
 
+MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: past it a time is no sample's (nor a BIGINT)
+
+
 def selection(settings, start: int, end: int, nodes: list[str], resolution: str) -> Selection:
+    for name, value in (("from", start), ("to", end)):
+        if not 0 <= value <= MAX_TIME_MS:
+            raise QueryError(f"{name}: {value} is outside epoch milliseconds 0 .. {MAX_TIME_MS} (year 9999)")
     if end <= start:
         raise QueryError(f"to ({end}) must be after from ({start})")
+    bad = [n for n in nodes if len(n) > 253 or any(ord(ch) < 32 for ch in n)]
+    if bad:
+        raise QueryError(f"node: {bad[0][:60]!r} is not a node name")
     if resolution == "auto":
         policy = settings.retention()
         resolution = choose_resolution(start, MINUTE_MS, int(time.time() * 1000), policy.raw_ms, policy.minute_ms)
@@ -51,15 +59,15 @@ def _chunks(columns: tuple[str, ...], rows: Iterator[tuple]) -> Iterator[str]:
 @router.get("/history/{table}.csv", response_class=StreamingResponse,
             responses={200: {"content": {"text/csv": {}}, "description": "the table as CSV (docs/history-format.md)"}})  # fmt: skip
 async def history_table(
+    request: Request,
     table: str,
-    store: StoreDep,
-    settings: SettingsDep,
     from_: Annotated[str | None, Query(alias="from", description="epoch ms or RFC 3339; default to - 24h")] = None,
     to: Annotated[str | None, Query(description="epoch ms or RFC 3339 (exclusive); default now")] = None,
     node: Annotated[list[str] | None, Query(description="only these nodes (repeat the parameter); default all")] = None,
     resolution: Annotated[str, Query(description="auto, raw, 1m or 1h")] = "auto",
 ) -> StreamingResponse:
     """One table of the cluster's history (nodes, node_usage, pod_usage) for a what-if replay."""
+    store, settings = request.app.state.store, request.app.state.settings  # api.mount put them there
     if table not in ROWS:
         raise HTTPException(404, f"no history table {table!r}: {', '.join(t + '.csv' for t in ROWS)}")
     end = parse_time(to, "to") if to is not None else int(time.time() * 1000)
