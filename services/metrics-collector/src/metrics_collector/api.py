@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from . import api_summary
+from . import api_history, api_summary
 from .core import rows as R
 from .core.series import (
     PERCENTILE_METHODS,
@@ -58,8 +58,6 @@ def mount(app: FastAPI, store: Store, settings: Settings) -> None:
     app.state.settings = settings
     app.add_exception_handler(QueryError, _bad_parameter)
     app.include_router(router)
-    from . import api_history  # it reads the store through this module's dependencies
-
     app.include_router(api_history.router)
 
 
