@@ -33,9 +33,13 @@ log = logging.getLogger("koordctl.launcher")
 
 @dataclass(frozen=True)
 class ServiceDef:
+    """One process: `name` (its log, data dir and URL key), the module it runs, its settings'
+    prefix, and variables of its own set last (e.g. which simulated nodes an agent drives)."""
+
     name: str
     module: str
     env_prefix: str
+    env: tuple[tuple[str, str], ...] = ()
 
 
 SERVICES: tuple[ServiceDef, ...] = (
@@ -83,6 +87,8 @@ class DemoPlan:
     # per-service permissions and TLS when the launcher runs its own NATS server.
     secure: bool = True
     private_nats: bool = False  # run a private NATS server even when one answers at NATS_URL
+    slo_config: dict[str, str] = field(default_factory=lambda: dict(DEMO_SLO_CONFIG))  # the ConfigMap's data
+    record_state: bool = True  # write state.json for `koordctl status` (a replay's services are not the demo)
 
 
 def identity_of(spec: ServiceDef) -> str:
@@ -201,7 +207,7 @@ class Launcher:
 
     def write_slo_config(self) -> Path:
         path = self.data_dir / "slo-controller-config.json"
-        path.write_text(json.dumps({"data": DEMO_SLO_CONFIG}, indent=2))
+        path.write_text(json.dumps({"data": self.plan.slo_config}, indent=2))
         return path
 
     def service_env(self, spec: ServiceDef, port: int, urls: dict[str, str]) -> dict[str, str]:
@@ -220,19 +226,20 @@ class Launcher:
                 **self.identity_env(identity_of(spec)),
             }
         )
-        if spec.name == "node-agent":
+        if spec.module == "node_agent":
             env[f"{p}MODE"] = "sim"
             # A demo should show results within a minute: report NodeMetric every 15 s, not 60 s.
             env.setdefault(f"{p}NODEMETRIC_INTERVAL_S", "15")
             env.setdefault(f"{p}REPORT_INTERVAL_S", "5")
-        if spec.name == "slo-controller":
+        if spec.module == "slo_controller":
             env[f"{p}CONFIG_MAP_FILE"] = str(self.write_slo_config())
-        if spec.name == "descheduler":
+        if spec.module == "descheduler":
             env[f"{p}DRY_RUN"] = "true"
             env[f"{p}EXTENDER_URL"] = urls.get("scheduler-extender", "")
-        if spec.name == "metrics-collector":
+        if spec.module == "metrics_collector":
             env[f"{p}RECOMMENDER_URL"] = urls.get("recommender", "")  # the dashboard's recommendations
         env.update(self.plan.extra_env)
+        env.update(dict(spec.env))
         return env
 
     def start_services(self) -> list[RunningService]:
@@ -240,7 +247,8 @@ class Launcher:
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         for spec in self.plan.services:
             self.running.append(self._spawn(spec, ports[spec.name], urls))
-        self.write_state()
+        if self.plan.record_state:
+            self.write_state()
         return self.running
 
     def _spawn(self, spec: ServiceDef, port: int, urls: dict[str, str]) -> RunningService:
@@ -279,8 +287,10 @@ class Launcher:
         latest.parent.mkdir(parents=True, exist_ok=True)
         latest.write_text(json.dumps(state, indent=2))
 
-    async def wait_ready(self, timeout_s: float, on_progress=None) -> dict[str, bool]:
-        """Poll every service's /readyz until all answer 200 or the time is up."""
+    async def wait_ready(self, timeout_s: float, on_progress=None, accept=None) -> dict[str, bool]:
+        """Poll every service's /readyz until all answer 200 or the time is up. `accept(service,
+        response)`, when given, judges a 503 too (e.g. an agent that waits for its clock to start
+        is ready to start but not yet collecting)."""
         ready = {r.spec.name: False for r in self.running}
         deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(timeout=1.0) as client:
@@ -295,7 +305,7 @@ class Launcher:
                         )
                     try:
                         resp = await client.get(r.url + "/readyz")
-                        ready[r.spec.name] = resp.status_code == 200
+                        ready[r.spec.name] = resp.status_code == 200 or (accept is not None and accept(r, resp))
                     except httpx.HTTPError:
                         pass
                 if on_progress:
