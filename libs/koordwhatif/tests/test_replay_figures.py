@@ -92,15 +92,18 @@ def test_batch_allocatable_by_hand(tmp_path, knobs, cpu, mem):
     assert s["node_minutes"] == 2 * TICKS
 
 
-@pytest.mark.parametrize("node1_cpu, over", [
-    (6000, 0),  # 37.5 % and 12.5 %: under the 65 % reference
-    (10_400, 0),  # exactly 65 %: not over
-    (11_000, TICKS),  # 68.75 % every minute on node-1
+@pytest.mark.parametrize("node1_cpu, over, strict, core_hours", [
+    (6000, 0, 0, 0.0),  # 37.5 % and 12.5 %: under the 65 % reference
+    (10_400, 0, 0, 0.0),  # exactly 65 %: not over
+    (10_410, 0, TICKS, 0.01 * TICKS / 60),  # 65.06 %: over strictly, within the 0.1-point tolerance
+    (11_000, TICKS, TICKS, 0.6 * TICKS / 60),  # 68.75 % every minute on node-1: 0.6 core over
 ])
-def test_online_risk_by_hand(tmp_path, node1_cpu, over):
+def test_online_risk_by_hand(tmp_path, node1_cpu, over, strict, core_hours):
     result = run(history(tmp_path, node1_cpu), WhatIfConfig(colocation=False))
     risk = result.summary()["online_risk"]
     assert risk["risk_threshold_pct"] == 65.0
     assert risk["node_minutes_over_risk_threshold"] == over
+    assert risk["node_minutes_over_risk_threshold_strict"] == strict
+    assert risk["core_hours_over_risk_threshold"] == pytest.approx(core_hours)
     assert risk["node_minutes_over_cpu_capacity"] == 0
     assert result.ledger.series("online_cpu").tolist() == [[float(node1_cpu), 2000.0]] * TICKS

@@ -25,7 +25,7 @@ COLUMNS = (
     ("batch CPU-h done", "done"),
     ("queue delay p50 / p95", "delay"),
     ("held back by", "held_back"),
-    (f"node-min over {RISK_THRESHOLD_PCT:g} % CPU", "over_thr"),
+    (f"node-min over {RISK_THRESHOLD_PCT:g} % CPU (excess)", "over_thr"),
     ("over capacity node-min (cpu / mem)", "over_cap"),
     ("BE CPU-s suppressed", "suppressed"),
     ("evictions (qos / desched)", "evictions"),
@@ -80,7 +80,8 @@ def row(run: ConfigRun) -> dict[str, str]:
     return {
         "config": run.name,
         **batch,
-        "over_thr": _num(risk["node_minutes_over_risk_threshold"], 0),
+        "over_thr": f"{_num(risk['node_minutes_over_risk_threshold'], 0)} "
+                    f"({_num(risk.get('core_hours_over_risk_threshold', math.nan), 1)} core-h)",
         "over_cap": f"{_num(risk['node_minutes_over_cpu_capacity'], 0)} / {_num(risk['node_minutes_over_memory_capacity'], 0)}",
         "util": f"{_num(util['mean'])} / {_num(util['p95'])} / {_num(util['stddev_across_nodes'])}",
     }
