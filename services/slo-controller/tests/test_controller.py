@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import msgspec
 import pytest
 from koordcommon.resources import Resources
 from koordcommon.schemas import NodeMetric, PodMetric
@@ -157,3 +158,27 @@ async def test_rest_view(env):
         await ctrl.apply_config({"colocation-config": '{"enable": true, "degradeTimeMinutes": -1}'})
         cfg = (await c.get("/api/v1/config")).json()
         assert "degradeTimeMinutes must be > 0" in cfg["errors"]["colocation-config"]
+
+
+async def test_predict_policy_learns_from_the_metrics_it_handles(env):
+    cluster, ctrl = env
+    await ctrl.apply_config({"colocation-config": json.dumps(
+        {"enable": True, "cpuCalculatePolicy": "predict", "memoryCalculatePolicy": "predict"})})
+    pods = await cluster.list_pods(NODE)
+    now = cluster.now_ms()
+
+    def report(i):
+        m = metric(cluster, pods, ts=now - (23 - i) * 60_000)
+        return msgspec.structs.replace(m, prod_peak=Resources(10_000, 20 * GI))
+
+    for i in range(23):
+        plan = await ctrl.handle_metric(report(i))
+    # 23 reports: too few for N-sigma, the HP requests stand in for it
+    assert next(r for r in plan.results if r.plugin == "batch").inputs["nSigmaPeak"] is None
+    plan = await ctrl.handle_metric(report(23))
+    # the 24th: 4 pods x 1000 m / 4 GiB, constant, so mean + 5 sigma is the usage itself;
+    # the node agent's prod peak (10 cores, 20 GiB) is above it:
+    # 32000 - 12800 (60 %) - 1000 system - 10000 = 8200
+    inputs = next(r for r in plan.results if r.plugin == "batch").inputs
+    assert inputs["nSigmaPeak"] == (4000, 16 * GI) and inputs["perPodPeakSum"] == (10_000, 20 * GI)
+    assert plan.batch.cpu_milli == 8200

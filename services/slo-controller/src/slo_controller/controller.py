@@ -23,7 +23,7 @@ from koordcommon.schemas import NodeMetric, NodeResource, NodeSLO
 from koordcommon.service import cancel_and_wait
 from prometheus_client import Counter, Gauge, Histogram
 
-from .core import topology
+from .core import peak, topology
 from .core.config import KEY_COLOCATION, NodeColocation
 from .core.configmap import NODESLO_KEYS, ApplyResult, ConfigState
 from .core.nodeslo import NodeSLOBuilder
@@ -78,6 +78,7 @@ class SLOController:
         self._pod_node: dict[str, str] = {}  # pod key -> node
         self.metrics: dict[str, MetricView] = {}
         self.metric_ts: dict[str, int] = {}
+        self.hp_history: dict[str, peak.UsageMoments] = {}  # per node, for the `predict` policy
         self.last_sync: dict[str, int] = {}
         self.last_plan: dict[str, NodePlan] = {}
         self._colocation: dict[str, NodeColocation] = {}
@@ -170,8 +171,14 @@ class SLOController:
         current = self.metric_ts.get(msg.node)
         if current is not None and msg.ts < current:
             return None  # an older report arriving late never replaces a newer one
-        self.metrics[msg.node] = MetricView.from_message(msg)
+        view = self.metrics[msg.node] = MetricView.from_message(msg)
         self.metric_ts[msg.node] = msg.ts
+        # every report feeds the node's HP usage history, whatever the policy: switching to
+        # `predict` then finds the history there
+        history = self.hp_history.get(msg.node)
+        if history is None:
+            history = self.hp_history[msg.node] = peak.UsageMoments()
+        history.observe(msg.ts, *peak.hp_usage(view))
         if msg.node in self.nodes:
             return await self.reconcile_node(msg.node)
         return None
@@ -210,6 +217,7 @@ class SLOController:
             self.metrics.get(name),
             self.clock() if now_ms is None else now_ms,
             self.degrade_after_ms,
+            self.hp_history.get(name),
         )
         return plan_node(snap, self.colocation_for(node), self.prefix, self.last_sync.get(name))
 

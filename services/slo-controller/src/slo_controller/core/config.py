@@ -40,7 +40,8 @@ _RATIO_LABELS = (
     (LABEL_MID_MEMORY_RESERVED_RATIO, "midStaticMemoryReservedPercent"),
 )
 
-CALCULATE_POLICIES = ("usage", "request", "maxUsageRequest")
+# `predict` is this project's: HP as the node's predicted peak (resources/batch.py, peak.py).
+CALCULATE_POLICIES = ("usage", "request", "maxUsageRequest", "predict")
 MEMORY_COLLECT_POLICIES = ("usageWithoutPageCache", "usageWithHotPageCache", "usageWithPageCache")
 MID_RECLAIM_STATIC = "static"
 

@@ -10,12 +10,16 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from koordcommon import resources as rn
 from koordcommon.model import DEFAULT_PRIORITY_VALUE, PriorityClass, QoSClass
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.schemas import NodeMetric
+
+if TYPE_CHECKING:
+    from .peak import UsageMoments
 
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 # koord-scheduler's allocation result: `numaNodeResources[].node` are the NUMA nodes a pod runs on
@@ -81,6 +85,7 @@ class MetricView:
     host_hp_usage: tuple[int, int] = (0, 0)  # host applications above batch (prod, mid)
     host_prod_usage: tuple[int, int] = (0, 0)  # host applications above mid (prod)
     prod_reclaimable: tuple[int, int] | None = None
+    prod_peak: tuple[int, int] | None = None  # the node agent's prod peak prediction (`predict` policy)
     zones: tuple[tuple[str, int, int], ...] = ()  # NUMA zones: (name, allocatable cpu, allocatable memory)
 
     @classmethod
@@ -98,7 +103,7 @@ class MetricView:
             if value > _MID_VALUE:
                 prod_cpu += app.usage.cpu_milli
                 prod_mem += app.usage.memory_bytes
-        pr = m.prod_reclaimable
+        pr, pk = m.prod_reclaimable, m.prod_peak
         return cls(
             update_ms=m.update_time_ms,
             node_usage=(m.node_usage.cpu_milli, m.node_usage.memory_bytes),
@@ -107,6 +112,7 @@ class MetricView:
             host_hp_usage=(hp_cpu, hp_mem),
             host_prod_usage=(prod_cpu, prod_mem),
             prod_reclaimable=None if pr is None else (pr.cpu_milli, pr.memory_bytes),
+            prod_peak=None if pk is None else (pk.cpu_milli, pk.memory_bytes),
             zones=tuple((z.name, z.allocatable.cpu_milli, z.allocatable.memory_bytes) for z in m.numa_zones),
         )
 
@@ -233,6 +239,7 @@ class NodeSnapshot:
     metric: MetricView | None
     now_ms: int
     degrade_after_ms: int | None = None  # overrides the strategy's degradeTimeMinutes (tests, fast sims)
+    hp_history: UsageMoments | None = None  # peak.UsageMoments of the node's HP usage (the `predict` policy)
     _totals: PodTotals | None = None
     _reserved: tuple[int, int] | None = None
 

@@ -4,7 +4,9 @@
 
 with safetyMargin = capacity x (100 - reclaimThresholdPercent) / 100 (negative above 100,
 not clamped, as in Koordinator), HP by usage, request or max(usage, request) per policy,
-and the `request` policy (memory only) using nodeReserved instead of the system term.
+and the `request` policy (memory only) using nodeReserved instead of the system term. The
+`predict` policy (not Koordinator's) takes HP as the node's predicted HP peak (`peak.py`) with
+the usage policy's system term.
 When the node reports NUMA zones, the same rule runs per zone (`batch_numa`).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from koordcommon import resources as rn
 
+from .. import peak
 from ..config import ColocationStrategy
 from ..snapshot import NodeSnapshot, hp_pods
 from . import ResourceItems, batch_numa, computed_items, giga, ratio, reset_items, trunc_percent
@@ -40,8 +43,13 @@ def calculate(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> ResourceI
     cpu_policy, mem_policy = strategy.cpuCalculatePolicy, strategy.memoryCalculatePolicy
     cpu_cap_pct, mem_cap_pct = strategy.batchCPUThresholdPercent, strategy.batchMemoryThresholdPercent
 
-    # CPU: `request` is not a CPU policy; anything but maxUsageRequest computes by usage.
-    hp_c = mur_c if cpu_policy == "maxUsageRequest" else used_c
+    predicted = peak.predict(snapshot, snapshot.hp_history) if "predict" in (cpu_policy, mem_policy) else None
+
+    # CPU: `request` is not a CPU policy; anything but maxUsageRequest or predict computes by usage.
+    if cpu_policy == "predict":
+        hp_c = predicted.cpu
+    else:
+        hp_c = mur_c if cpu_policy == "maxUsageRequest" else used_c
     cpu = max(cap_c - margin_c - sor_c - hp_c, 0)
     if cpu_cap_pct is not None:
         cpu = min(cpu, trunc_percent(cap_c, cpu_cap_pct))
@@ -49,13 +57,15 @@ def calculate(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> ResourceI
         mem = max(cap_m - margin_m - res_m - req_m, 0)
     elif mem_policy == "maxUsageRequest":
         mem = max(cap_m - margin_m - sor_m - mur_m, 0)
+    elif mem_policy == "predict":
+        mem = max(cap_m - margin_m - sor_m - predicted.memory, 0)
     else:
         mem = max(cap_m - margin_m - sor_m - used_m, 0)
     if mem_cap_pct is not None:
         mem = min(mem, trunc_percent(cap_m, mem_cap_pct))
 
     def cpu_message() -> str:
-        hp_term = "podHPMaxUsedRequest" if cpu_policy == "maxUsageRequest" else "podHPUsed"
+        hp_term = {"maxUsageRequest": "podHPMaxUsedRequest", "predict": "podHPPredictedPeak"}.get(cpu_policy, "podHPUsed")
         msg = (f"nodeCapacity:{cap_c} - nodeSafetyMargin:{margin_c} - "
                f"systemUsageOrNodeReserved:{sor_c} - {hp_term}:{hp_c}")
         if cpu_cap_pct is not None:
@@ -65,6 +75,8 @@ def calculate(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> ResourceI
     def memory_message() -> str:
         if mem_policy == "request":
             terms = f"nodeReserved:{giga(res_m)} - podHPRequest:{giga(req_m)}"
+        elif mem_policy == "predict":
+            terms = f"systemUsage:{giga(sor_m)} - podHPPredictedPeak:{giga(predicted.memory)}"
         elif mem_policy == "maxUsageRequest" or mem_cap_pct is not None:
             # QUIRK kept from Koordinator: with a memory cap, the usage policy's message names
             # and prints podHPMaxUsedRequest although the formula subtracts podHPUsed.
@@ -95,7 +107,7 @@ def calculate(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> ResourceI
             "batchMemoryThresholdPercent": mem_cap_pct,
             "batch": [cpu, mem],
             "hpPods": hp_pods(snapshot.pods, metric),
-        }
+        } | (predicted.inputs() if predicted is not None else {})
 
     zones = tuple((name, {SUFFIXES[0]: zc, SUFFIXES[1]: zm})
                   for name, zc, zm in batch_numa.calculate_zones(snapshot, strategy))

@@ -96,12 +96,22 @@ def calculate_zones(snapshot: NodeSnapshot, strategy: ColocationStrategy) -> tup
     out = []
     for z, (name, cap_c, cap_m) in enumerate(metric.zones):
         cpu = _batch(cap_c, strategy.cpuReclaimThresholdPercent, zone_res[0], zone_sys[0], req[z][0], used[z][0],
-                     mur[z][0], "maxUsageRequest" if strategy.cpuCalculatePolicy == "maxUsageRequest" else "usage",
+                     mur[z][0], _zone_policy(strategy.cpuCalculatePolicy, cpu=True),
                      strategy.batchCPUThresholdPercent, 1)
         mem = _batch(cap_m, strategy.memoryReclaimThresholdPercent, zone_res[1], zone_sys[1], req[z][1], used[z][1],
-                     mur[z][1], strategy.memoryCalculatePolicy, strategy.batchMemoryThresholdPercent, 1000)
+                     mur[z][1], _zone_policy(strategy.memoryCalculatePolicy, cpu=False), strategy.batchMemoryThresholdPercent,
+                     1000)
         out.append((name, cpu, _ceil_div(mem, 1000)))
     return tuple(out)
+
+
+def _zone_policy(policy: str, cpu: bool) -> str:
+    """The policy a zone computes by. `predict` has no per-zone prediction (its N-sigma and the
+    node agent's prod peak are per node): a zone takes max(usage, request), which is at least
+    the node's prediction wherever the requests cover it, so zones lend no more than the node."""
+    if policy in ("maxUsageRequest", "predict"):
+        return "maxUsageRequest"
+    return "usage" if cpu else policy
 
 
 def _batch(cap: int, reclaim_pct: int, reserved: int, system: int, req: int, used: int, mur: int, policy: str,
