@@ -110,17 +110,23 @@ class Executor:
         """Cgroup writes in order; a write the kernel refused is tried once more after the rest."""
         events: list[Event] = []
         refused: list[CgroupWrite] = []
+        tally: dict[tuple[str, str], int] = {}  # (strategy, outcome) -> writes, counted once a round
         for w in writes:
-            if not self._one(w, events, retry=False):
+            if not self._one(w, events, retry=False, tally=tally):
                 refused.append(w)
         for w in refused:  # an ordering the kernel refused (child wider than parent) settles now
-            self._one(w, events, retry=True)
+            self._one(w, events, retry=True, tally=tally)
+        for (strategy, outcome), n in tally.items():
+            _counted(strategy, outcome).inc(n)
         if now_ms is not None:
             for e in events:
                 e.ts = now_ms
         return events
 
-    def _one(self, w: CgroupWrite, events: list[Event], retry: bool) -> bool:
+    def _one(self, w: CgroupWrite, events: list[Event], retry: bool, tally: dict[tuple[str, str], int]) -> bool:
+        def count(outcome: str) -> None:
+            tally[(w.strategy, outcome)] = tally.get((w.strategy, outcome), 0) + 1
+
         try:
             if self.dry_run:
                 current = self.files.read(w.rel, w.resource)
@@ -128,12 +134,12 @@ class Executor:
             else:
                 change = self.files.write(w.rel, w.resource, w.value)
         except CgroupPathError as exc:
-            _counted(w.strategy, "refused").inc()
+            count("refused")
             log.error("cgroup write outside the root refused", extra={"dir": w.rel, "file": w.resource,
                                                                       "error": str(exc)})
             return True
         except UnsupportedFile:
-            _counted(w.strategy, "unsupported").inc()
+            count("unsupported")
             if w.resource not in self.unsupported:
                 self.unsupported.add(w.resource)
                 log.warning("cgroup file not supported by this kernel; skipped",
@@ -144,13 +150,13 @@ class Executor:
         except OSError as exc:
             if not retry:
                 return False
-            _counted(w.strategy, "error").inc()
+            count("error")
             log.warning("cgroup write failed", extra={"dir": w.rel, "file": w.resource, "error": str(exc)})
             return True
         if change is None:
-            _counted(w.strategy, "unchanged").inc()
+            count("unchanged")
             return True
-        _counted(w.strategy, "dry_run" if self.dry_run else "written").inc()
+        count("dry_run" if self.dry_run else "written")
         old, new = change
         events.append(
             Event(

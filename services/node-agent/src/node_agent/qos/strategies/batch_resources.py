@@ -34,37 +34,59 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
     quota_off = t.enable and t.cpuSuppressPolicy == "cfsQuota"
     out: list[CgroupWrite] = []
     for p in state.pods:
-        writes: list[CgroupWrite] = []
-        if not p.is_be:
-            continue
-        conts = p.info.containers
-        if not any(not c.batch_requests.is_zero() or not c.batch_limits.is_zero() for c in conts):
-            continue  # no extended-resource spec: the hook does nothing
-        for c in conts:
-            rel = p.containers.get(c.name)
-            if rel is None:
-                continue
-            writes.append(CgroupWrite(rel, "cpu.shares", milli_to_shares(max(c.batch_requests.cpu_milli, 0)), NAME,
-                                      "container"))
-            quota = -1 if quota_off else milli_to_quota(max(c.batch_limits.cpu_milli, 0))
-            writes.append(CgroupWrite(rel, "cpu.cfs_quota_us", quota, NAME, "container"))
-            mem = c.batch_limits.memory_bytes if c.batch_limits.memory_bytes > 0 else -1
-            writes.append(CgroupWrite(rel, "memory.limit_in_bytes", mem, NAME, "container"))
-        shares = milli_to_shares(sum(max(c.batch_requests.cpu_milli, 0) for c in conts))
-        if quota_off or any(not c.has_limits or c.batch_limits.cpu_milli <= 0 for c in conts):
-            quota = -1
-        else:
-            quota = milli_to_quota(sum(c.batch_limits.cpu_milli for c in conts))
-        if any(not c.has_limits or c.batch_limits.memory_bytes <= 0 for c in conts):
-            mem = -1
-        else:
-            mem = sum(c.batch_limits.memory_bytes for c in conts)
-        pod = [
-            CgroupWrite(p.rel, "cpu.shares", shares, NAME, "pod"),
-            CgroupWrite(p.rel, "cpu.cfs_quota_us", quota, NAME, "pod"),
-            CgroupWrite(p.rel, "memory.limit_in_bytes", mem, NAME, "pod"),
-        ]
-        # pod dir first: the executor retries a write the kernel refused once the rest are done,
-        # which settles a lowered pod limit after its containers
-        out += pod + writes
+        if p.is_be:
+            out += _pod_writes(p, quota_off)
     return out
+
+
+# A pod's writes follow from its spec and dirs alone: kept while the pod is the same (its PodInfo,
+# derived again whenever the pod changes) and its dirs and the quota rule are too.
+_WRITES: dict[tuple[str, str, bool], tuple[object, tuple, list[CgroupWrite]]] = {}
+_WRITES_LIMIT = 100_000
+
+
+def _pod_writes(p, quota_off: bool) -> list[CgroupWrite]:
+    key = (p.info.uid, p.rel, quota_off)
+    dirs = tuple(p.containers.items())
+    hit = _WRITES.get(key)
+    if hit is not None and hit[0] is p.info and hit[1] == dirs:
+        return hit[2]
+    writes = _derive(p, quota_off)
+    if len(_WRITES) >= _WRITES_LIMIT:
+        _WRITES.clear()
+    _WRITES[key] = (p.info, dirs, writes)
+    return writes
+
+
+def _derive(p, quota_off: bool) -> list[CgroupWrite]:
+    conts = p.info.containers
+    if not any(not c.batch_requests.is_zero() or not c.batch_limits.is_zero() for c in conts):
+        return []  # no extended-resource spec: the hook does nothing
+    writes: list[CgroupWrite] = []
+    for c in conts:
+        rel = p.containers.get(c.name)
+        if rel is None:
+            continue
+        writes.append(CgroupWrite(rel, "cpu.shares", milli_to_shares(max(c.batch_requests.cpu_milli, 0)), NAME,
+                                  "container"))
+        quota = -1 if quota_off else milli_to_quota(max(c.batch_limits.cpu_milli, 0))
+        writes.append(CgroupWrite(rel, "cpu.cfs_quota_us", quota, NAME, "container"))
+        mem = c.batch_limits.memory_bytes if c.batch_limits.memory_bytes > 0 else -1
+        writes.append(CgroupWrite(rel, "memory.limit_in_bytes", mem, NAME, "container"))
+    shares = milli_to_shares(sum(max(c.batch_requests.cpu_milli, 0) for c in conts))
+    if quota_off or any(not c.has_limits or c.batch_limits.cpu_milli <= 0 for c in conts):
+        quota = -1
+    else:
+        quota = milli_to_quota(sum(c.batch_limits.cpu_milli for c in conts))
+    if any(not c.has_limits or c.batch_limits.memory_bytes <= 0 for c in conts):
+        mem = -1
+    else:
+        mem = sum(c.batch_limits.memory_bytes for c in conts)
+    pod = [
+        CgroupWrite(p.rel, "cpu.shares", shares, NAME, "pod"),
+        CgroupWrite(p.rel, "cpu.cfs_quota_us", quota, NAME, "pod"),
+        CgroupWrite(p.rel, "memory.limit_in_bytes", mem, NAME, "pod"),
+    ]
+    # pod dir first: the executor retries a write the kernel refused once the rest are done,
+    # which settles a lowered pod limit after its containers
+    return pod + writes
