@@ -326,7 +326,7 @@ SERVICE_CALLS: dict[str, set[str]] = {
     "slo-controller": {"start", "watch", "list_nodes", "list_pods", "patch_node_status",
                        "list_custom:ClusterColocationProfile", "list_namespaces",
                        "get_custom:NodeResourceTopology", "apply_custom:NodeResourceTopology"},
-    "scheduler-extender": {"start", "watch", "list_nodes", "list_pods", "list_custom:Reservation"},
+    "scheduler-extender": {"start", "watch", "list_nodes", "list_pods", "list_custom:Reservation", "bind_pod"},
     "descheduler": {"start", "list_nodes", "list_pods", "evict_pod", "apply_custom:Reservation",
                     "get_custom:Reservation", "list_custom:Reservation", "delete_custom:Reservation"},
     "recommender": {"start", "resolve_workload", "apply_custom:Recommendation"},
@@ -641,13 +641,15 @@ def test_default_values_leave_the_database_to_sqlite_and_point_at_external_nats(
     assert not [s for s in by_kind(default_docs, "Secret") if s.endswith("-database")]
 
 
-def test_scheduler_profile_example_wires_the_extender(default_docs):
+def test_scheduler_profile_example_wires_the_extender(helm):
+    # the example serves the extender over TLS with kube-scheduler's client certificate
+    default_docs = render(helm, "--set", "schedulerExtender.tlsSecret=extender-tls")
     cm = one(default_docs, "ConfigMap", "koord-kube-scheduler-config")
     cfg = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"])
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
     (ext,) = cfg["extenders"]
     svc = one(default_docs, "Service", "koord-scheduler-extender")
-    assert ext["urlPrefix"] == f"http://koord-scheduler-extender.koord-system.svc:{svc['spec']['ports'][0]['port']}"
+    assert ext["urlPrefix"] == f"https://koord-scheduler-extender.koord-system.svc:{svc['spec']['ports'][0]['port']}"
     assert (ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"]) == ("filter", "prioritize", "preempt")
     assert ext["weight"] > 0 and "bindVerb" not in ext
     # in step with the extender's own example, but for where the extender runs

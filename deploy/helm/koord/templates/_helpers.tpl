@@ -76,6 +76,56 @@ DATABASE_URL. The node-agent is the DaemonSet; the others are Deployments.
 - name: {{ $.svc.prefix }}BUS_NAMESPACE
   value: {{ . | quote }}
 {{- end }}
+{{- if $root.Values.nats.auth.enabled }}
+- name: NATS_NKEY_SEED_FILE
+  value: /etc/koord/nats/identity.nk
+{{- end }}
+{{- if $root.Values.nats.tlsCASecret }}
+- name: NATS_CA_FILE
+  value: /etc/koord/nats-ca/ca.crt
+{{- end }}
+- name: {{ .svc.prefix }}API_AUTH
+  value: {{ $root.Values.api.auth | quote }}
+- name: {{ .svc.prefix }}API_ALLOWED_GROUPS
+  value: {{ $root.Values.api.allowedGroups | toJson | quote }}
+- name: {{ .svc.prefix }}API_ALLOWED_USERS
+  value: {{ $root.Values.api.allowedUsers | toJson | quote }}
+- name: {{ .svc.prefix }}API_PROTECT_READS
+  value: {{ $root.Values.api.protectReads | quote }}
+{{- end -}}
+
+{{/* The bus identity and the NATS CA of a Deployment's service: mounts, then volumes. */}}
+{{- define "koord.natsMounts" -}}
+{{- if .Values.nats.auth.enabled }}
+- name: nats-identity
+  mountPath: /etc/koord/nats
+  readOnly: true
+{{- end }}
+{{- if .Values.nats.tlsCASecret }}
+- name: nats-ca
+  mountPath: /etc/koord/nats-ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "koord.natsVolumes" -}}
+{{- if .root.Values.nats.auth.enabled }}
+- name: nats-identity
+  secret:
+    secretName: {{ .root.Values.nats.auth.existingSecret }}
+    defaultMode: 0400
+    items:
+      - key: {{ .service }}.nk
+        path: identity.nk
+{{- end }}
+{{- if .root.Values.nats.tlsCASecret }}
+- name: nats-ca
+  secret:
+    secretName: {{ .root.Values.nats.tlsCASecret }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
 {{- end -}}
 
 {{- define "koord.extraEnv" -}}
