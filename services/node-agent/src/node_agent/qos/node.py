@@ -52,6 +52,8 @@ class NodeQoS:
         self.simulated = simulated
         self.cpu_manager: CPUManagerState | None = None  # the kubelet's checkpoint (real nodes)
         self._dirs: dict[str, tuple[PodInfo, tuple[str, dict[str, str]]]] = {}  # uid -> (pod, its cgroup dirs)
+        self._qos_dirs = {k: layout.qos_dir(k) for k in KubeQoS}  # the layout is fixed
+        self._facts: tuple[NodeRecord | None, object] | None = None  # (record, its node_facts)
 
     @classmethod
     def simulated_node(cls, node: str, capacity: Resources, start_ms: int, dry_run: bool = False, cluster=None,
@@ -116,7 +118,9 @@ class NodeQoS:
             states.append(PodState(p, dirs[0], dirs[1], _pair(r.pods.get(p.uid)), ratio, by_pod.get(p.uid, {})))
         if len(self._dirs) > len(live):
             self._dirs = {uid: hit for uid, hit in self._dirs.items() if uid in live}
-        facts = node_facts(record)
+        if self._facts is None or self._facts[0] is not record:  # derived again when the node object changes
+            self._facts = (record, node_facts(record))
+        facts = self._facts[1]
         return QoSState(
             node=self.node,
             now_ms=now_ms,
@@ -124,7 +128,7 @@ class NodeQoS:
             allocatable=allocatable,
             node_usage=_pair(r.node),
             pods=states,
-            qos_dirs={k: self.layout.qos_dir(k) for k in KubeQoS},
+            qos_dirs=dict(self._qos_dirs),
             processors=self.processors,
             read=self.files.read,
             node_allocatable_memory=allocatable.memory_bytes,
