@@ -9,6 +9,7 @@ paths: the collector's OpenAPI, the dashboard's own routes and the recommender's
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import socket
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,6 +32,7 @@ from koordcommon.testing.net import free_port, wait_http_ready
 GIB = 1 << 30
 NODES = ("node-a", "node-b", "node-c")
 MINUTES = 40
+API_TOKEN = "dashboard-test-token"
 NOW_MS = int(time.time() * 1000) // 60_000 * 60_000
 
 # (name, class, priority, qos, requests, batch requests, usage) of the pods on every node
@@ -53,6 +56,8 @@ EXPECTED_CPU = {
     "batch allocatable": 18.0,
     "batch allocated": 7.5,  # batch and free pods both request batch resources
     "batch used": 5.4,
+    "free allocated": 1.5,  # there are free pods: their own band
+    "free used": 0.9,
 }
 
 
@@ -76,12 +81,35 @@ def samples() -> list[NodeMetricSample]:
     return out
 
 
+# The slo-controller's inputs behind each report (as its batch rule publishes them): capacity =
+# margin + system + HP + batch. The older a report, the less HP and the more batch it had.
+MARGIN = (CAPACITY.cpu_milli * 40 // 100, CAPACITY.memory_bytes * 35 // 100)  # reclaim thresholds 60 / 65
+
+
+def batch_inputs(k: int) -> tuple[dict, Resources]:
+    hp = (3000 - 100 * k, 7 * GIB - k * GIB // 4)  # prod + mid usage, less in older reports
+    batch = Resources(BATCH_ALLOCATABLE.cpu_milli + 100 * k, BATCH_ALLOCATABLE.memory_bytes + k * GIB // 4)
+    system = (CAPACITY.cpu_milli - MARGIN[0] - hp[0] - batch.cpu_milli,
+              CAPACITY.memory_bytes - MARGIN[1] - hp[1] - batch.memory_bytes)
+    inputs = {"capacity": [CAPACITY.cpu_milli, CAPACITY.memory_bytes], "safetyMargin": list(MARGIN),
+              "systemUsed": list(system), "nodeReserved": [0, 0], "podHPUsed": list(hp), "podHPRequest": [5000, 10 * GIB],
+              "podHPMaxUsedRequest": [5000, 10 * GIB], "cpuCalculatePolicy": "usage", "memoryCalculatePolicy": "usage",
+              "cpuReclaimThresholdPercent": 60, "memoryReclaimThresholdPercent": 65, "hpPods": []}  # fmt: skip
+    return inputs, batch
+
+
+def report_ts(k: int) -> int:
+    return NOW_MS - k * 300_000 - 1000
+
+
 def resources() -> list[NodeResource]:
-    return [
-        NodeResource(node=node, ts=NOW_MS - k * 300_000 - 1000, source="slo-controller", seq=k,
-                     batch=BATCH_ALLOCATABLE, mid=MID_ALLOCATABLE, written=True, reason="")
-        for node in NODES for k in range(9)
-    ]  # fmt: skip
+    out = []
+    for node in NODES:
+        for k in range(9):
+            inputs, batch = batch_inputs(k)
+            out.append(NodeResource(node=node, ts=report_ts(k), source="slo-controller", seq=k, batch=batch,
+                                    mid=MID_ALLOCATABLE, written=True, reason="expired", inputs={"batch": inputs}))
+    return out
 
 
 def events() -> list[Event]:
@@ -95,7 +123,20 @@ def events() -> list[Event]:
         Event(kind="deschedule", node="node-c", action="migrate", reason="node-c is hot (cpu 91%)", seq=3,
               source="descheduler", ts=NOW_MS - 60_000, dry_run=True,
               target={"namespace": "jobs", "name": "crawler-node-c", "uid": "node-c-crawler"}),
+        # one pod's cgroup and its container's: the same file, the path differs only at its end
+        Event(kind="qos", node="node-a", action="cpu_burst", seq=4, source="node-agent/node-a", ts=NOW_MS - 50_000,
+              reason="cpu.cfs_burst_us 0 -> 400000: the pod's containers may burst to 4 cores over their limit "
+                     "while the node is not overloaded (share pool usage under 50 %)",
+              target={"path": f"{POD_DIR}", "file": "cpu.cfs_burst_us", "level": "pod"}),
+        Event(kind="qos", node="node-a", action="cpu_burst", seq=5, source="node-agent/node-a", ts=NOW_MS - 49_000,
+              reason="cpu.cfs_burst_us 0 -> 400000: the container may burst to 4 cores over its limit",
+              target={"path": f"{POD_DIR}/cri-containerd-4f1c9a.scope", "file": "cpu.cfs_burst_us",
+                      "level": "container"}),
     ]  # fmt: skip
+
+
+POD_DIR = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0d4c1e7a_93b2_4d5e_8f61_2c7d9e0a1b3c.slice"
+EVENTS = 5
 
 
 # ----------------------------------------------------------------------------- the stack
@@ -150,13 +191,16 @@ def stack(tmp_path_factory, nats_url):
     store.write(build_rows([*samples(), *resources(), *events()]))
     store.close()
 
+    token_file = tmp / "api-token"
+    token_file.write_text(API_TOKEN)
     rec_port, col_port = free_port(), free_port()
     recommender = f"http://127.0.0.1:{rec_port}"
     namespace = f"dash{os.getpid()}"
     env = {**os.environ, "NATS_URL": nats_url, "DATABASE_URL": db_url,
            "KOORD_COLLECTOR_HTTP_HOST": "127.0.0.1", "KOORD_COLLECTOR_HTTP_PORT": str(col_port),
            "KOORD_COLLECTOR_BUS_NAMESPACE": namespace, "KOORD_COLLECTOR_DATA_DIR": str(tmp / "data"),
-           "KOORD_COLLECTOR_RECOMMENDER_URL": recommender, "KOORD_COLLECTOR_LOG_LEVEL": "WARNING"}  # fmt: skip
+           "KOORD_COLLECTOR_RECOMMENDER_URL": recommender, "KOORD_COLLECTOR_LOG_LEVEL": "WARNING",
+           "KOORD_COLLECTOR_API_TOKEN_FILE": str(token_file)}  # fmt: skip
     with open(tmp / "collector.log", "wb") as log, ThreadServer(recommender_app(), rec_port):
         proc = subprocess.Popen([sys.executable, "-m", "metrics_collector"], env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
@@ -164,7 +208,7 @@ def stack(tmp_path_factory, nats_url):
             url = f"http://127.0.0.1:{col_port}"
             wait_http_ready(url + "/readyz", timeout=30)
             wait_http_ready(recommender + "/api/v1/recommendations", timeout=10)
-            yield {"collector": url, "recommender": recommender, "tmp": tmp}
+            yield {"collector": url, "recommender": recommender, "tmp": tmp, "token": API_TOKEN}
         finally:
             proc.terminate()
             try:
@@ -258,33 +302,184 @@ def test_node_list_and_drill_down(loaded):
     assert page.locator("#node-resources tbody tr").count() > 0
 
 
-def test_recommendations_with_estimated_savings(loaded):
+def test_recommendations_marked_provisional_and_left_out_of_savings(loaded):
     page, _ = loaded
     page.wait_for_function("document.querySelectorAll('#recommendation-table tbody tr').length > 0", timeout=10_000)
+    rows = page.locator("#recommendation-table tbody tr")
     text = page.inner_text("#recommendation-table")
     assert "shop/Deployment/web" in text
+    # 40 minutes of history: every recommendation is provisional, marked, and none is counted
+    assert rows.count() == page.locator("#recommendation-table tbody tr.provisional").count() > 0
+    assert all(rows.nth(i).locator("td").nth(6).inner_text() == "provisional" for i in range(rows.count()))
     savings = page.evaluate("window.koord.savings")
-    # web requests 4 cores per pod and uses 2.5: a positive CPU saving over 3 replicas
-    assert savings["cpu_milli"] > 0
-    assert page.inner_text("#savings").startswith("estimated savings")
+    assert (savings["cpu_milli"], savings["memory_bytes"]) == (0, 0) and savings["provisional"] == rows.count()
+    assert page.inner_text("#savings") == f"estimated savings 0.0 cores, 0.0 GiB ({rows.count()} provisional not counted)"
 
 
 def test_qos_and_descheduling_events(loaded):
     page, _ = loaded
     rows = page.locator("#event-table tbody tr")
-    assert rows.count() == 3
-    kinds = [rows.nth(i).locator("td").nth(1).inner_text() for i in range(3)]
-    assert kinds == ["deschedule", "evict", "qos"]  # newest first
-    assert "node-c is hot" in rows.nth(0).inner_text()
+    assert rows.count() == EVENTS
+    cells = [[rows.nth(i).locator("td").nth(j).inner_text() for j in (1, 4, 5)] for i in range(EVENTS)]
+    # newest first; a pod's cgroup and its container's are told apart, not cut to look alike
+    assert cells == [
+        ["qos", "container", ("…/kubepods-burstable-pod0d4c1e7a_93b2_4d5e_8f61_2c7d9e0a1b3c.slice/"
+                             "cri-containerd-4f1c9a.scope cpu.cfs_burst_us")],
+        ["qos", "pod", ("…/kubepods-burstable.slice/kubepods-burstable-pod0d4c1e7a_93b2_4d5e_8f61_2c7d9e0a1b3c.slice "
+                       "cpu.cfs_burst_us")],
+        ["deschedule", "pod", "jobs/crawler-node-c"],
+        ["evict", "pod", "jobs/spark-node-b"],
+        ["qos", "node", "kubepods.slice/kubepods-besteffort.slice cpu.max"],
+    ]  # fmt: skip
+    assert "node-c is hot" in rows.nth(2).inner_text()
     page.select_option("#event-kind", "qos")
-    page.wait_for_function("document.querySelectorAll('#event-table tbody tr').length === 1", timeout=10_000)
+    page.wait_for_function("document.querySelectorAll('#event-table tbody tr').length === 3", timeout=10_000)
     page.select_option("#event-kind", "")
+    page.wait_for_function(f"document.querySelectorAll('#event-table tbody tr').length === {EVENTS}", timeout=10_000)
 
 
-def test_page_refreshes_by_itself(loaded):
+def test_events_table_fits_1280_px_with_the_reason_visible(stack, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(stack["collector"] + "/dashboard/?refresh=60")
+        page.wait_for_function(f"document.querySelectorAll('#event-table tbody tr').length === {EVENTS}",
+                               timeout=20_000)  # fmt: skip
+        box = page.evaluate("""() => {
+          const t = document.querySelector('#event-table').getBoundingClientRect();
+          const reasons = [...document.querySelectorAll('#event-table tbody tr td:nth-child(7)')].map(td => {
+            const r = td.getBoundingClientRect();
+            return {left: r.left, right: r.right, width: r.width, text: td.innerText, scroll: td.scrollWidth,
+                    client: td.clientWidth};
+          });
+          return {right: t.right, width: document.documentElement.clientWidth,
+                  scroll: document.documentElement.scrollWidth, reasons};
+        }""")  # fmt: skip
+        assert box["scroll"] <= box["width"] and box["right"] <= box["width"], box
+        longest = max(box["reasons"], key=lambda r: len(r["text"]))
+        assert longest["text"].startswith("cpu.cfs_burst_us 0 -> 400000: the pod's containers may burst")
+        assert longest["text"].endswith("(share pool usage under 50 %)")  # wrapped, whole
+        for r in box["reasons"]:
+            assert r["right"] <= box["width"] and r["width"] >= 200 and r["scroll"] <= r["client"] + 1, r
+    finally:
+        page.close()
+
+
+def test_node_panel_stacks_the_batch_formula_from_the_stored_inputs(loaded):
     page, _ = loaded
-    before = page.evaluate("window.koord.refreshes")
-    page.wait_for_function(f"window.koord.refreshes > {before}", timeout=10_000)
+    page.locator("#node-table tbody tr").nth(2).click()
+    page.wait_for_function("window.koord.series.nodeStack && window.koord.series.nodeStack.data[0].length === 9 && "
+                           "document.querySelector('#node-name').textContent === 'node-c'", timeout=10_000)  # fmt: skip
+    stack = page.evaluate("window.koord.series.nodeStack")
+    assert stack["labels"] == ["safety margin", "system", "HP", "batch", "capacity"]
+    xs, bands = stack["data"][0], dict(zip(stack["labels"], stack["data"][1:]))
+    assert xs == [report_ts(k) / 1000 for k in reversed(range(9))]  # oldest first
+    for i, k in enumerate(reversed(range(9))):
+        inputs, batch = batch_inputs(k)
+        expected = {"safety margin": inputs["safetyMargin"][0], "system": inputs["systemUsed"][0],
+                    "HP": inputs["podHPUsed"][0], "batch": batch.cpu_milli, "capacity": inputs["capacity"][0]}  # fmt: skip
+        for label, milli in expected.items():
+            assert bands[label][i] == pytest.approx(milli / 1000), (label, k)
+        assert sum(bands[b][i] for b in ("safety margin", "system", "HP", "batch")) == pytest.approx(16.0)
+    # every band has data and was drawn: the chart holds the running sums, the legend the heights
+    drawn = page.evaluate("window.koord.charts.nodeStack.data")
+    assert drawn[4] == pytest.approx([16.0] * 9) and drawn[2] == pytest.approx([b + s for b, s in zip(
+        bands["safety margin"], bands["system"])])  # fmt: skip
+    painted = page.evaluate(
+        """() => {
+          const c = document.querySelector('#node-stack canvas');
+          const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+          let n = 0;
+          for (let i = 0; i < px.length; i += 4) if (px[i] < 90 && px[i + 1] > 90 && px[i + 2] > 160) n++;
+          return n;
+        }"""
+    )
+    assert painted > 500  # the batch band (#2c6fbb at 60 % over white) is filled, not a line
+
+
+def test_log_scale_and_unclipped_axis(loaded):
+    page, _ = loaded
+    page.check("#log-scale")
+    page.wait_for_function("window.koord.charts.cluster.scales.y.distr === 3", timeout=10_000)
+    page.uncheck("#log-scale")
+    page.wait_for_function("window.koord.charts.cluster.scales.y.distr === 1", timeout=10_000)
+    top = page.evaluate("""() => {
+      const u = window.koord.charts.cluster;
+      const values = u.data.slice(1).flat().filter(v => v !== null);
+      return {max: Math.max(...values), scale: u.scales.y.max, size: u.axes[1]._size};
+    }""")  # fmt: skip
+    assert top["scale"] >= top["max"] and top["size"] >= 50
+
+
+def test_whatif_panel_shows_the_published_report(stack, browser, tmp_path):
+    """A real (small) replay's report, written by the replay's own code, published by koordctl's
+    client, shown by the page: its table, recommendation, assumptions and both plots."""
+    from koordctl.whatif_publish import PublishError, publish
+    from koordwhatif import scenario
+    from koordwhatif.config import WhatIfConfig, parse_sweep, sweep
+    from koordwhatif.report import write
+    from koordwhatif.runner import run_sweep
+
+    spec, about = scenario.spec_for("history", history=whatif_history(tmp_path / "history"))
+    configs = sweep(WhatIfConfig(), parse_sweep(["cpuReclaimThresholdPercent=50,60"]))
+    out = tmp_path / "whatif"
+    with ThreadPoolExecutor(1) as pool:  # the replay runs its own event loop; Playwright's is running here
+        runs = pool.submit(run_sweep, spec, configs, 2 * 3600, workers=1).result()
+        paths = pool.submit(write, runs, about, out).result()
+    assert {p.name for p in paths.values()} == {"report.json", "report.md", "reclaimed-vs-risk.png", "hourly-bands.png"}
+    doc = json.loads((out / "report.json").read_text())
+    with pytest.raises(PublishError, match="401"):  # writes need the collector's token
+        publish(stack["collector"], out, None)
+    publish(stack["collector"], out, stack["token"])
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    try:
+        page.goto(stack["collector"] + "/dashboard/?refresh=60")
+        page.wait_for_function("window.koord.whatif && document.querySelectorAll('#whatif-plots img').length === 2",
+                               timeout=20_000)  # fmt: skip
+        assert page.is_visible("#whatif-body") and not page.is_visible("#whatif-empty")
+        assert page.inner_text("#whatif-title") == about["title"]
+        assert page.inner_text("#whatif-recommendation") == f"Recommended: {doc['recommended']}: {doc['why']}"
+        md_table = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("|")]
+        head = page.locator("#whatif-table thead th")
+        assert [head.nth(i).inner_text() for i in range(head.count())] == [
+            c.strip() for c in md_table[0].strip("|").split("|")]
+        rows = page.locator("#whatif-table tbody tr")
+        assert [rows.nth(i).locator("td").nth(0).inner_text() for i in range(rows.count())] == [
+            r["config"]["name"] for r in doc["runs"]]
+        assert page.locator("#whatif-table tbody tr.recommended td").nth(0).inner_text() == doc["recommended"]
+        items = page.locator("#whatif-assumptions li")
+        assert [items.nth(i).inner_text() for i in range(items.count())] == doc["assumptions"] != []
+        page.wait_for_function("[...document.querySelectorAll('#whatif-plots img')].every(i => i.complete && "
+                               "i.naturalWidth > 500)", timeout=10_000)  # fmt: skip
+    finally:
+        page.close()
+
+
+def whatif_history(directory: Path) -> Path:
+    """Two nodes' recorded history, 2 hours of constant usage (the cluster history format)."""
+    from koordcommon.clusterhistory import COLUMNS, NODE_USAGE, NODES, POD_USAGE, csv_text
+
+    directory.mkdir(parents=True)
+
+    def write(table: str, rows: list[dict]) -> None:
+        cols = COLUMNS[table]
+        (directory / f"{table}.csv").write_text(csv_text([cols, *([r.get(c, "") for c in cols] for r in rows)]))
+
+    t0 = 1_700_000_040_000
+    node = {"capacity_cpu_milli": 16_000, "capacity_memory_bytes": 64 * GIB, "allocatable_cpu_milli": 16_000,
+            "allocatable_memory_bytes": 64 * GIB}  # fmt: skip
+    write(NODES, [{"node": "node-1", **node}, {"node": "node-2", **node}])
+    usage, pods = [], []
+    for k in range(125):
+        t = t0 + k * 60_000
+        usage += [{"ts": t, "node": "node-1", "cpu_milli": 6000, "memory_bytes": 20 * GIB},
+                  {"ts": t, "node": "node-2", "cpu_milli": 2000, "memory_bytes": 8 * GIB}]  # fmt: skip
+        for n, name, cpu, mem in (("node-1", "web-1", 4000, 16 * GIB), ("node-2", "api-2", 1000, 4 * GIB)):
+            pods.append({"ts": t, "node": n, "namespace": "shop", "name": name, "uid": f"uid-{name}",
+                         "priority_class": "koord-prod", "qos": "LS", "requests_cpu_milli": 2 * cpu,
+                         "requests_memory_bytes": mem + GIB, "cpu_milli": cpu, "memory_bytes": mem})  # fmt: skip
+    write(NODE_USAGE, usage)
+    write(POD_USAGE, pods)
+    return directory
 
 
 def _documented(stack) -> list[re.Pattern]:
@@ -311,7 +506,8 @@ def test_rest_calls_are_documented_api_paths(loaded, stack):
     assert undocumented == []
     used = {re.sub(r"/nodes/[^/]+/", "/nodes/{node}/", p) for p in api_calls}
     assert {"/dashboard/config.json", "/api/v1/cluster/summary", "/api/v1/cluster/resources", "/api/v1/nodes",
-            "/api/v1/events", "/dashboard/recommender/api/v1/recommendations"} <= used  # fmt: skip
+            "/api/v1/events", "/dashboard/recommender/api/v1/recommendations", "/api/v1/whatif/last",
+            "/api/v1/nodes/{node}/explain"} <= used  # fmt: skip
 
 
 def test_offline_assets_are_shipped(stack):

@@ -37,11 +37,6 @@ class Settings(ServiceSettings):
     # the dashboard: the recommender whose recommendations it shows, and how often the page reloads
     recommender_url: str = ""
     dashboard_refresh_s: float = Field(15.0, ge=2, le=3600)
-    # Write endpoints (PUT /api/v1/whatif/last) ask for `Authorization: Bearer <api_token>`
-    # when it is set; empty leaves them open (the local demo).
-    api_token: str = Field("", repr=False)
-    # The largest what-if report accepted (report.json, report.md and the plots together).
-    whatif_max_bytes: int = Field(32 * 1024 * 1024, ge=1024)
 
     def retention(self) -> RetentionPolicy:
         return RetentionPolicy(

@@ -7,28 +7,28 @@ multipart/form-data request, each part named by its file name; a plain `applicat
 body is report.json alone. The files replace the previous report in one transaction in the
 collector's database, so a restart keeps them and every replica serves the same one.
 
-Bad input gets a 4xx with a clear message: 401 without the bearer token when `api_token` is
-set, 413 for a body over `whatif_max_bytes` (refused from its Content-Length before it is read,
-or as soon as the bytes read pass the limit), 415 for another content type, 400 for a part that
-is not one of the files, a report.json that is not a report, a plot that is not a PNG.
+Bad input gets a 4xx with a clear message. The chassis' HTTP guard (koordcommon.httpguard)
+answers first, as for every write of every service: 401 without the bearer token its `api_auth`
+asks for, 413 for a body over `max_body_bytes` (refused unread). Here: 415 for another content
+type, 400 for a part that is not one of the files, a report.json that is not a report, a plot
+that is not a PNG, a body that is not multipart.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from .api import SettingsDep, StoreDep
+from .api import StoreDep
 from .store import Store, whatif_files
 
 router = APIRouter(prefix="/api/v1/whatif", tags=["what-if"])
@@ -147,33 +147,6 @@ def load_file(store: Store, name: str) -> bytes | None:
 # ----------------------------------------------------------------------------- HTTP
 
 
-async def require_token(request: Request, settings: SettingsDep) -> None:
-    """`Authorization: Bearer <api_token>` when the setting is set."""
-    token = settings.api_token
-    if not token:
-        return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-        raise HTTPException(401, "a bearer token is required (Authorization: Bearer <token>)",
-                            headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-
-
-async def read_limited(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 from its Content-Length or as soon as it passes `limit`."""
-    declared = request.headers.get("content-length")
-    if declared is not None and not declared.isdigit():
-        raise HTTPException(400, "Content-Length is not a number")
-    if declared is not None and int(declared) > limit:
-        raise HTTPException(413, f"the report is {declared} bytes; at most {limit} are accepted (whatif_max_bytes)")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"the report passes {limit} bytes (whatif_max_bytes)")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 async def _parts(request: Request, body: bytes) -> dict[str, bytes]:
     async def stream() -> AsyncGenerator[bytes, None]:
         yield body
@@ -194,16 +167,15 @@ async def _parts(request: Request, body: bytes) -> dict[str, bytes]:
     return files
 
 
-@router.put("/last", status_code=204, dependencies=[Depends(require_token)],
-            summary="Store the last what-if report (report.json, report.md, the PNG plots)")  # fmt: skip
-async def put_last(request: Request, store: StoreDep, settings: SettingsDep) -> Response:
+@router.put("/last", status_code=204, summary="Store the last what-if report (report.json, report.md, the PNG plots)")
+async def put_last(request: Request, store: StoreDep) -> Response:
     """multipart/form-data with one part per file, named by the file name (report.json required;
     report.md, reclaimed-vs-risk.png and hourly-bands.png optional), or application/json: the
     report.json alone. Replaces the stored report."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind not in ("multipart/form-data", "application/json"):
         raise HTTPException(415, f"send multipart/form-data (one part per file) or application/json, not {kind or 'nothing'}")
-    body = await read_limited(request, settings.whatif_max_bytes)
+    body = await request.body()  # bounded by the guard's max_body_bytes
     try:
         files = await _parts(request, body) if kind == "multipart/form-data" else {REPORT: body}
         check_files(files)
