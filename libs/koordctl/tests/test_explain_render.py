@@ -63,6 +63,7 @@ def test_node_change_prints_the_formula_decision_and_what_moved():
     ({"degraded": True, "explained": False, "resources": {}, "decision": "expired"},
      ["degraded: batch and mid removed"]),
     ({"explained": False, "resources": {}, "decision": "disabled"}, ["colocation disabled", "no inputs stored"]),
+    ({"previous": {}}, ["written: koordinator.sh/batch-cpu was not set on the node before"]),
     ({"resources": {**node_item()["resources"], "cpu": {**node_item()["resources"]["cpu"], "batchThresholdPercent": 30,
                                                          "unclamped": 6000, "batch": 4800}}},
      ["batch capped at 30 % of capacity", "the formula gives 6 cores: capped by the batch threshold"]),
@@ -80,7 +81,8 @@ EXTENDER = {
     "candidates": 2, "passed": 1, "rejected": {"node(s) cpu usage exceed threshold": 1},
     "nodes": [
         {"node": "idle", "bound": False, "passed": True, "rejected_by": None, "reason": None,
-         "plugins": [{"plugin": "NodeKnown", "passed": True, "reason": None, "numbers": {}},
+         "plugins": [{"plugin": "NodeKnown", "passed": True, "reason": None, "numbers": {
+                         "node": True, "node_metric": True, "node_resource": False, "fail_unknown_nodes": True}},
                      {"plugin": "LoadAwareScheduling", "passed": True, "reason": None, "numbers": {
                          "metric": {"age_s": 10.0, "expired": False, "expiration_s": 180}, "judged_by": "usageThresholds",
                          "cpu": {"used": 8000, "estimate": 3400, "allocatable": 32000, "percent": 36, "threshold": 65,
@@ -114,6 +116,7 @@ def test_pod_report_shows_each_plugin_with_its_numbers_and_the_scores():
         "  1 of 2 candidate node(s) pass the filter",
         "    1 x node(s) cpu usage exceed threshold",
         "  idle: passes",
+        "      known from: Node, NodeMetric",
         ("      cpu: estimated used 8 cores + pod estimate 3.4 cores = 36 % of allocatable 32 cores, within threshold "
         "65 % (usageThresholds)"),
         "    score 64 of 100 (LoadAwareScheduling 64 x1); extender score 10 of 10",

@@ -36,6 +36,8 @@ def _decision(item: Mapping[str, Any]) -> str:
     if decision.startswith("diff:"):
         name = decision[5:]
         before = (item.get("previous") or {}).get(name)
+        if before is None:
+            return f"written: {name} was not set on the node before"
         return (f"written: {name} moved more than resourceDiffThreshold {thr} of its previous value {before}"
                 if thr is not None else f"written: {name} moved beyond resourceDiffThreshold")  # fmt: skip
     if decision == "expired":
@@ -167,6 +169,10 @@ def plugin_numbers(plugin: str, n: Mapping[str, Any]) -> list[str]:
                 lines.append(f"{tier}: allocatable {_res(t['allocatable'])} ({n.get('source')}) - requested "
                              f"{_res(t['requested'])} = free {_res(t['free'])}; the pod asks {_res(t['pod'])}")  # fmt: skip
         return lines
+    if plugin == "NodeKnown":
+        seen = [what for key, what in (("node", "Node"), ("node_metric", "NodeMetric"), ("node_resource", "NodeResource"))
+                if n.get(key)]  # fmt: skip
+        return [f"known from: {', '.join(seen)}" if seen else "known from nothing: no Node, NodeMetric or NodeResource"]
     if plugin == "Reservation":
         rs = n.get("reservations") or []
         if not rs:

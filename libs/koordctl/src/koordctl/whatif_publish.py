@@ -29,7 +29,8 @@ class PublishError(RuntimeError):
 def publish(collector_url: str, out_dir: Path, token: str | None = None) -> None:
     """PUT the report files of `out_dir` to the collector at `collector_url`.
 
-    `token` is sent as `Authorization: Bearer <token>` (the collector's `api_token`). Raises
+    `token` is sent as `Authorization: Bearer <token>` (the token the collector's api_token_file
+    holds, or one its TokenReview accepts). Raises
     PublishError when report.json is missing or the collector does not accept the report
     (unreachable, 401, 413 over its size limit, 400 with its reason)."""
     out_dir = Path(out_dir)
@@ -47,5 +48,5 @@ def publish(collector_url: str, out_dir: Path, token: str | None = None) -> None
             detail = resp.json().get("detail", "")
         except (ValueError, AttributeError):
             detail = resp.text[:200]
-        hint = " (pass the collector's api_token)" if resp.status_code == 401 else ""
+        hint = " (pass the collector's API token)" if resp.status_code == 401 else ""
         raise PublishError(f"{url} answered {resp.status_code}: {detail}{hint}".rstrip(": "))
