@@ -17,8 +17,14 @@ container measured with tracemalloc: everything the engine holds for it (its sta
 indexes), after a full garbage collection so that the interpreter's free lists do not count.
 --breakdown prints that heap by allocating source line.
 
+Methods (core/methods: VPA's, Autopilot's moving window, Autopilot's ML ensemble), each on its
+own: samples/s of `add` (CPU and memory of one sample) with a recommendation asked every hour
+of data, against the Python floor above; and each method's state per container (live heap and
+checkpoint) after the same 8 days of 3 pods at 1 sample a minute. A workload under another
+method than VPA holds that method's state beside VPA's aggregate.
+
 Goals: >= 200k samples/s of histogram updates, <= 4 KiB of state per tracked container, both
-live in memory and checkpointed.
+live in memory and checkpointed (and <= 4 KiB for each method's own state).
 
     .venv/bin/python bench/recommender.py [--samples 1000000] [--containers 40] [--breakdown 12]
 """
@@ -41,6 +47,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from recommender.core.aggregate import AggregateState, pod_key
 from recommender.core.engine import RecommenderState, UsageSample
 from recommender.core.histogram import CPU_SCHEME, DecayingHistogram
+from recommender.core.methods import METHODS, Sample
 from recommender.core.workload import ContainerKey, WorkloadKey
 
 T0 = 1_700_006_400.0
@@ -155,11 +162,56 @@ def state_size(containers: int, breakdown: int = 0) -> dict[str, object]:
     }
 
 
+def method_figures(containers: int, samples: int) -> list[dict[str, float | str]]:
+    """Per method: add rate (one container, `samples` samples at 10 s, a recommendation per hour)
+    and state per container (live heap and checkpoint) over `containers` containers."""
+    rng = np.random.default_rng(11)
+    out = []
+    cpu = rng.gamma(2.0, 0.25, samples).tolist()
+    one = [Sample(T0 + 10 * i, c, c * 1.5e9 + 2e8, 0.5) for i, c in enumerate(cpu)]
+    minutes = int(8 * DAY // 60)
+    level = rng.uniform(0.05, 2.0, containers)
+    for name, cls in METHODS.items():
+        method = cls()
+        st = method.new_state()
+
+        def feed(method=method, st=st):
+            add = method.add
+            for i, s in enumerate(one):
+                add(st, s)
+                if i % 360 == 0:
+                    method.recommend(st, s.t)
+
+        r = rate(samples, feed)
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        states = [method.new_state() for _ in range(containers)]
+        for m in range(minutes):
+            t = T0 + 60 * m
+            diurnal = 1 + 0.5 * np.sin(2 * np.pi * m / 1440)
+            noise = rng.gamma(4.0, 0.25, (containers, 3)).tolist()
+            for i, state in enumerate(states):
+                for p in range(3):
+                    c = float(level[i] * diurnal * noise[i][p])
+                    method.add(state, Sample(t + p, c, c * 1.5e9 + 2e8, 1.0, pod=pod_key(f"{i}-{p}")))
+                if m % 60 == 0:
+                    method.recommend(state, t + 3)
+        gc.collect()
+        heap = (tracemalloc.get_traced_memory()[0] - base) / containers
+        tracemalloc.stop()
+        sizes = [len(method.save(x)) for x in states]
+        out.append({"method": name, "rate": r, "heap": heap, "checkpoint_mean": float(np.mean(sizes)), "checkpoint_max": float(max(sizes))})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--containers", type=int, default=40, help="workload containers (3 pods each, 8 days at 1/min)")
     ap.add_argument("--breakdown", type=int, default=0, metavar="N", help="print the N largest heap lines per container")
+    ap.add_argument("--method-samples", type=int, default=100_000, help="samples per method for its add rate")
+    ap.add_argument("--method-containers", type=int, default=10, help="containers per method for its state size")
     args = ap.parse_args()
 
     rows = update_rates(args.samples)
@@ -183,6 +235,14 @@ def main() -> None:
         f" (live heap {s['heap_per_container']:,.0f} B {'ok' if heap_ok else 'over'},"
         f" largest checkpoint {s['checkpoint_max']:,.0f} B {'ok' if ckpt_ok else 'over'})"
     )
+    print()
+    print(f"methods: add rate ({args.method_samples:,} samples, a recommendation per hour of data) and own state per container")
+    print(f"({args.method_containers} containers x 3 pods, 8 days at 1/min)")
+    print(f"  {'method':<20}{'samples/s':>12}{'/ Python floor':>16}{'live heap B':>13}{'checkpoint B (mean/max)':>26}")
+    for f in method_figures(args.method_containers, args.method_samples):
+        ok = f["heap"] <= 4096 and f["checkpoint_max"] <= 4096
+        print(f"  {f['method']:<20}{f['rate']:>12,.0f}{f['rate'] / py_floor:>16.3f}{f['heap']:>13,.0f}"
+              f"{f['checkpoint_mean']:>15,.0f} / {f['checkpoint_max']:,.0f}  {'<= 4 KiB' if ok else 'OVER 4 KiB'}")
 
 
 if __name__ == "__main__":

@@ -79,22 +79,37 @@ CPU_DEFAULTS = MLSettings()
 MEMORY_DEFAULTS = MLSettings(w_under=0.03, peaks_only=True)
 
 
+def _row(i: int, doc: str) -> property:
+    def get(self: MLState) -> np.ndarray:
+        return self.per_model[i]
+
+    def put(self: MLState, value: np.ndarray) -> None:
+        self.per_model[i] = value
+
+    return property(get, put, doc=doc)
+
+
 class MLState:
-    __slots__ = ("cost", "hist", "k", "last", "limits", "lo", "model", "n", "over", "ref", "under", "window")
+    # One array for the per-model numbers rather than five: each numpy array costs ~100 bytes
+    # of header, which at a few hundred bytes of data per container is what counts.
+    __slots__ = ("hist", "last", "lo", "model", "n", "per_model", "ref", "window")
 
     def __init__(self, rows: int, models: int) -> None:
         self.hist = np.zeros((rows, 0), dtype=np.float32)  # decayed weights, buckets lo..lo+W-1
         self.lo = 0
         self.ref = math.nan  # reference time of the weights
         self.window = Window()
-        self.k = np.full(models, -1, dtype=np.int16)  # each model's chosen bucket (-1: none yet)
-        self.limits = np.zeros(models)  # each model's limit in force
-        self.cost = np.zeros(models)  # decayed cost of each model's past limits
-        self.over = np.zeros(models)  # since the last decision: samples above each model's limit
-        self.under = np.zeros(models)  # ... and the sum of its limit's slack
+        self.per_model = np.zeros((5, models))
+        self.per_model[0] = -1
         self.n = 0  # samples since the last decision
         self.model = -1  # the model chosen last
         self.last = 0.0  # the limit recommended last
+
+    k = _row(0, "each model's chosen bucket (-1: none yet)")
+    limits = _row(1, "each model's limit in force")
+    cost = _row(2, "decayed cost of each model's past limits")
+    over = _row(3, "since the last decision: samples above each model's limit")
+    under = _row(4, "... and the sum of (limit - sample) / limit over those below")
 
 
 class EnsembleModel(ResourceModel[MLState]):
@@ -243,7 +258,7 @@ class EnsembleModel(ResourceModel[MLState]):
             return a
 
         st.hist = take("<f4", rows * width).reshape(rows, width).astype(np.float32)
-        st.k = take("<i2", models).astype(np.int16)
+        st.k = take("<i2", models).astype(np.float64)
         st.limits = take("<f8", models).astype(np.float64)
         st.cost = take("<f8", models).astype(np.float64)
         st.over = take("<f4", models).astype(np.float64)
