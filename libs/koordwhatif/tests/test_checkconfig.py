@@ -47,6 +47,16 @@ def test_each_conflict(knobs, level, names, fix):
     assert f.problem.endswith(".")
 
 
+def test_batch_capacity_above_the_descheduler_high_threshold_is_an_eviction_loop():
+    found = findings(cpuReclaimThresholdPercent=65, descheduler__highThresholds={"cpu": 40, "memory": 95},
+                     descheduler__lowThresholds={"cpu": 25, "memory": 90})
+    loop = [f for f in found if f.settings[0] == "cpuReclaimThresholdPercent=65"]
+    assert [(f.level, f.settings[1]) for f in loop] == [(ERROR, "descheduler __default_node_pool__ highThresholds.cpu=40")]
+    assert "eviction loop" in loop[0].problem and "at or below 40" in loop[0].fix
+    # the load-aware threshold (65) over the same high threshold is found as well
+    assert any("usage_thresholds.cpu=65" in f.settings[0] for f in found)
+
+
 def test_several_conflicts_are_all_reported():
     found = findings(extender__usage_thresholds__cpu=80, cpuReclaimThresholdPercent=70)
     assert len(found) == 3  # over suppress, over the descheduler's high 75, reclaim over suppress

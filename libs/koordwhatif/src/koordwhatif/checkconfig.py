@@ -82,6 +82,16 @@ def check(cfg: WhatIfConfig) -> list[Finding]:
                     f"set the load-aware CPU threshold below {high_cpu:g} (leave room for usage to grow), or raise "
                     "the descheduler's high threshold.",
                 ))  # fmt: skip
+            if colocation_on and reclaim_cpu > high_cpu:
+                out.append(Finding(
+                    ERROR, (f"cpuReclaimThresholdPercent={reclaim_cpu}",
+                            f"descheduler {pool.name} highThresholds.cpu={high_cpu:g}"),
+                    f"batch capacity lets batch pods fill a node to {reclaim_cpu} % of its CPU, the descheduler drains "
+                    f"nodes above {high_cpu:g} %: a node that takes the batch it is offered is drained, and its "
+                    "batch capacity draws the evicted pods back (an eviction loop).",
+                    f"keep cpuReclaimThresholdPercent at or below {high_cpu:g}, or raise the descheduler's high "
+                    "CPU threshold above it.",
+                ))  # fmt: skip
             if la_mem and la_mem > high_mem:
                 out.append(Finding(
                     WARNING, (f"scheduler-extender usage_thresholds.memory={la_mem}",

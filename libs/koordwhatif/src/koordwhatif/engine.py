@@ -16,8 +16,12 @@ Each service is the class its process runs, built without a bus, fed what the bu
 * the batch work is koordsim's batch driver: Alibaba 2017 tasks arriving, finishing after
   their traced duration, and resubmitted when evicted.
 
-One tick is the NodeMetric interval (60 s by default): agent round, metrics to the controller,
-the extender and the descheduler, scheduling, descheduling; between steps the replay waits for
+One tick is the NodeMetric interval (60 s by default) and stands for the minute that ends at it:
+the agent's round measures what ran in that minute (QoS holding BestEffort back), its NodeMetrics
+go to the controller, the extender and the descheduler; then the batch jobs move on (pods done
+finish, new work arrives), kube-scheduler places what is pending and the descheduler runs. A pod
+placed at one tick therefore runs from the next minute on, and is measured for every minute it
+ran, however short (the trace's shortest tasks run one). Between steps the replay waits for
 the cluster's watchers (`SimCluster.settle`), so every service has seen each change before the
 next step. `real.py` runs the same as processes over NATS.
 """
@@ -183,19 +187,24 @@ class Replay:
     # ------------------------------------------------------------------ one tick
 
     async def _tick(self, t_ms: int) -> None:
+        """The minute that ends at t_ms: what ran in it is measured (and held back by QoS) first,
+        then the batch jobs move on (pods done by t_ms finish, arrivals come), then kube-scheduler
+        and the descheduler act on the cluster as it then stands."""
         self.clock.ms = t_ms
         cluster = self.cluster
-        if self.jobs is not None:
-            await self.jobs.step(t_ms)
-            await cluster.settle()
         await self.agent.refresh()
+        # which pods are batch work: taken before QoS acts (a pod it evicts this minute ran in it)
+        batch_uids = self.jobs.uids_running() if self.jobs is not None else {}
         messages = await self.agent.step(t_ms)
         await cluster.settle()
         for _, msg in messages:
             if isinstance(msg, NodeMetric):
                 await self._node_metric(msg, t_ms)
         await cluster.settle()
+        self._observe(t_ms, batch_uids)
         if self.jobs is not None:
+            await self.jobs.step(t_ms)
+            await cluster.settle()
             for res in await self.scheduler.schedule_pending():
                 if res.node is not None:
                     self.jobs.started(f"{res.namespace}/{res.name}", t_ms)
@@ -206,7 +215,6 @@ class Replay:
             report = await self.descheduler.run_round(t_ms)
             self.ledger.evictions["descheduler"] += sum(1 for v in report.outcomes.values() if v == "evicted")
             await cluster.settle()
-        self._observe(t_ms)
 
     async def _node_metric(self, msg: NodeMetric, t_ms: int) -> None:
         plan = await self.slo.handle_metric(msg)
@@ -219,11 +227,10 @@ class Replay:
         if self.descheduler is not None:
             self.descheduler.metrics[msg.node] = msg
 
-    def _observe(self, t_ms: int) -> None:
+    def _observe(self, t_ms: int, batch_uids: dict[str, str]) -> None:
         n = len(self.nodes)
         v = {s: np.zeros(n) for s in Ledger.SERIES}
         v["suppress_pct"] = self.suppress_pct
-        batch_uids = self.jobs.uids_running() if self.jobs is not None else {}
         rounds = self.agent.last_rounds
         state_nodes = self.cluster.state.nodes
         for i, node in enumerate(self.nodes):
