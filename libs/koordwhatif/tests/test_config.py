@@ -86,3 +86,18 @@ def test_load_config_file(tmp_path):
     p.write_text(yaml.safe_dump({"slo-controller-confg": {}}))
     with pytest.raises(ConfigError, match="unknown key.*slo-controller-confg"):
         load_config(p)
+
+
+def test_variations_change_one_setting_at_a_time_and_skip_the_defaults():
+    from koordwhatif.config import parse_sweep, variations
+
+    knobs = parse_sweep(["cpuReclaimThresholdPercent=50,60,70", "cpuCalculatePolicy=usage,maxUsageRequest",
+                         "extender.usage_thresholds.cpu=65,75"])
+    got = variations(WhatIfConfig(), knobs)
+    # 60, usage and 65 are what the default configuration already does (written or by default)
+    assert [c.name for c in got] == ["default", "cpuReclaimThresholdPercent=50", "cpuReclaimThresholdPercent=70",
+                                     "cpuCalculatePolicy=maxUsageRequest", "usage_thresholds.cpu=75"]
+    default = WhatIfConfig().slo["colocation-config"]
+    assert got[1].slo["colocation-config"] == {**default, "cpuReclaimThresholdPercent": 50}
+    assert got[3].slo["colocation-config"] == {**default, "cpuCalculatePolicy": "maxUsageRequest"}
+    assert got[4].extender == {"usage_thresholds": {"cpu": 75, "memory": 95}} and got[4].slo == WhatIfConfig().slo

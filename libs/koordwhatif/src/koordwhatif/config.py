@@ -88,6 +88,18 @@ class WhatIfConfig:
         except ValueError as exc:
             raise ConfigError(f"{self.name}: descheduler args: {exc}") from None
 
+    def effective(self) -> tuple:
+        """What each service makes of the configuration (its defaults filled in): two
+        configurations with equal effective settings replay alike."""
+        from slo_controller.core.configmap import ConfigState
+
+        state = ConfigState()
+        result = state.apply(self.slo_configmap())
+        if result.errors:
+            raise ConfigError(f"{self.name}: slo-controller-config rejected: {result.errors}")
+        return state.current, self.extender_settings(), self.descheduler_args(), self.descheduler_interval_s, \
+            self.colocation
+
     def doc(self) -> dict[str, Any]:
         """The configuration as a document (reports carry it, `load_config` reads it back)."""
         return {
@@ -240,6 +252,17 @@ def parse_sweep(specs: Sequence[str]) -> dict[str, list[Any]]:
     return out
 
 
+def _label(knob: str, value: Any) -> str:
+    section, _, rest = knob.partition(".")
+    return f"{rest if section in _SECTIONS and rest else knob}={value}"
+
+
+def _checked(cfg: WhatIfConfig) -> WhatIfConfig:
+    cfg.extender_settings()
+    cfg.descheduler_args()
+    return cfg
+
+
 def sweep(base: WhatIfConfig, knobs: Mapping[str, Sequence[Any]]) -> list[WhatIfConfig]:
     """Every combination of the knobs' values over `base`, named by what differs."""
     if not knobs:
@@ -248,13 +271,21 @@ def sweep(base: WhatIfConfig, knobs: Mapping[str, Sequence[Any]]) -> list[WhatIf
     out = []
     for combo in itertools.product(*(knobs[n] for n in names)):
         cfg = base
-        label = []
-        for knob, value in zip(names, combo):
+        for knob, value in zip(names, combo, strict=True):
             cfg = with_knob(cfg, knob, value)
-            section, _, rest = knob.partition(".")
-            label.append(f"{rest if section in _SECTIONS and rest else knob}={value}")
-        cfg = replace(cfg, name=" ".join(label))
-        cfg.extender_settings()
-        cfg.descheduler_args()
-        out.append(cfg)
+        out.append(_checked(replace(cfg, name=" ".join(_label(k, v) for k, v in zip(names, combo, strict=True)))))
+    return out
+
+
+def variations(base: WhatIfConfig, knobs: Mapping[str, Sequence[Any]]) -> list[WhatIfConfig]:
+    """`base` (named by its own name) and, for each knob and value, `base` with that one setting
+    changed: what each setting does on its own, in 1 + sum of values replays rather than their
+    product. A value equal to the base's own is not replayed twice."""
+    out = [_checked(base)]
+    for knob, values in knobs.items():
+        for value in values:
+            cfg = with_knob(base, knob, value)
+            if cfg.effective() == base.effective():  # the base's own value, written or by default
+                continue
+            out.append(_checked(replace(cfg, name=_label(knob, value))))
     return out
