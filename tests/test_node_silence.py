@@ -104,7 +104,7 @@ async def test_silent_agent_loses_batch_and_trust_and_skewed_metrics_are_refused
                 texts = [(await http.get(u + "/metrics")).text for u in (slo_url, ext_url)]
                 return all('reason_kind="clock_skew"' in t for t in texts)
 
-            await _until(skew_counted, 15, "the skewed NodeMetric dead-lettered by both services")
+            await _until(skew_counted, 45, "the skewed NodeMetric dead-lettered by both services")
 
             silent.set()
             went_quiet = time.monotonic()
