@@ -16,16 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import httpx
 import orjson
 import pytest
 from koordcommon import subjects
 from koordcommon.testing.net import free_port, wait_http_ready
+from koordcommon.testing.processes import poll, start, stop
 from koordctl.cli import app
 from koordsim.cluster import SimCluster, SimSpec
 from typer.testing import CliRunner
@@ -36,31 +33,6 @@ SPEED = 30.0
 REPORT_S = 60
 BATCH_CPU = "koordinator.sh/batch-cpu"
 runner = CliRunner()
-
-
-def start(module: str, env: dict[str, str], log_path) -> subprocess.Popen:
-    with open(log_path, "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", module], env=env, stdout=log, stderr=log)
-
-
-def stop(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(5)
-
-
-async def poll(fn, timeout_s: float, every_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = await fn()
-        if value is not None:
-            return value
-        await asyncio.sleep(every_s)
-    raise AssertionError(f"nothing within {timeout_s} s")
 
 
 def explain(*args: str):
@@ -128,7 +100,7 @@ async def test_explain_node_and_pod_from_the_running_services(bus, bus_namespace
             grown = [i for i in items[1:] if i["resources"]["cpu"]["terms"]["podHPUsed"] > first * 1.2]
             return grown[0] if grown else None
 
-        rise = await poll(explained_rise, 2 * REPORT_S / SPEED + 30)
+        rise = await poll(explained_rise, 2 * REPORT_S / SPEED + 30, every_s=0.2)
 
         # ---- koordctl explain node: the formula with its values and the HP term named as what moved
         r = explain("node", node, "--collector", collector, "--since", "24h", "-o", "json")

@@ -7,16 +7,12 @@ seconds, the shortened degrade time of 120 simulated seconds is 4 wall seconds.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from koordcommon import subjects
 from koordcommon.testing.net import free_port
+from koordcommon.testing.processes import poll, start, stop
 from koordsim.cluster import SimCluster, SimSpec
 
 pytestmark = pytest.mark.e2e
@@ -24,31 +20,6 @@ pytestmark = pytest.mark.e2e
 SPEED = 30.0
 REPORT_S = 60  # simulated seconds between NodeMetrics
 BATCH_CPU = "koordinator.sh/batch-cpu"
-
-
-def start(module: str, env: dict[str, str], log_path) -> subprocess.Popen:
-    with open(log_path, "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", module], env=env, stdout=log, stderr=log)
-
-
-def stop(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(5)
-
-
-async def poll(fn, timeout_s: float, every_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = await fn()
-        if value is not None:
-            return value
-        await asyncio.sleep(every_s)
-    raise AssertionError(f"nothing within {timeout_s} s")
 
 
 async def test_agent_usage_rise_lowers_batch_and_silence_degrades(bus, bus_namespace, nats_url, tmp_path):
