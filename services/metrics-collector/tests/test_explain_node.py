@@ -169,3 +169,23 @@ async def test_pod_decisions_from_recorded_events(database_url):
     assert [(e["kind"], e["node"], e["reason"]) for e in found] == [
         ("evict", "n1", "BEMemoryEvict: node memory over threshold"), ("qos", "n1", "cpu.max 400000 -> 200000")]
     assert found[0]["details"]["inputs"] == inputs
+
+
+async def test_a_suppressed_be_pod_gets_its_node_s_suppress_events(database_url, sample_factory):
+    from koordcommon.schemas import Event
+
+    store = Store.open(database_url)
+    # sample_factory's pod-1 is BE (batch), pod-0 is prod: only the BE pod is suppressed
+    store.write(build_rows([sample_factory("n1", 3_000, 0),
+                            Event(kind="qos", node="n1", action="cpu_suppress", reason="cpu.cfs_quota_us -1 -> 340000",
+                                  ts=4_000, seq=1, source="node-agent/n1", target={"path": "kubepods/besteffort"},
+                                  details={"inputs": {"be_allowed": 3400}})]))  # fmt: skip
+    app = FastAPI()
+    mount(app, store, Settings())
+    app.include_router(api_explain.router)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        be = (await c.get("/api/v1/explain/pods/default/pod-1", params={"since": 0})).json()["decisions"]
+        prod = (await c.get("/api/v1/explain/pods/default/pod-0", params={"since": 0})).json()["decisions"]
+    store.close()
+    assert [(e["action"], e["details"]["inputs"]) for e in be] == [("cpu_suppress", {"be_allowed": 3400})]
+    assert prod == []

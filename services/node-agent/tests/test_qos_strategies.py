@@ -91,6 +91,11 @@ def test_suppress_amount():
     assert cpu_suppress.suppress_milli(suppress_state(), 65) == 3400
     # system below reserved: the reservation counts
     assert cpu_suppress.suppress_milli(suppress_state(node_cpu=9500), 65) == 10400 - 5000 - 1000
+    # every write of the plan says how the amount came about (the events carry it)
+    writes = cpu_suppress.plan(suppress_state(), slo(cpuSuppressPolicy="cfsQuota"))
+    assert writes and all(w.inputs == {"capacity": 16000, "threshold_percent": 65, "non_be_pods": 5000,
+                                       "non_be_host_apps": 0, "system_or_reserved": 2000, "min_percent": None,
+                                       "be_allowed": 3400} for w in writes)  # fmt: skip
 
 
 @pytest.mark.parametrize(

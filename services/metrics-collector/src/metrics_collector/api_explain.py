@@ -19,7 +19,7 @@ from . import api as _api
 from .api import DEFAULT_WINDOW_MS, From, StoreDep, To, _now_ms, _res
 from .core import explain_node
 from .core.series import QueryError, parse_time
-from .store import Store, events, node_resources
+from .store import Store, events, node_resources, pod_samples
 
 router = APIRouter(prefix="/api/v1", tags=["explain"])
 MAX_REPORTS = 2000
@@ -92,9 +92,10 @@ POD_EVENT_KINDS = ("evict", "deschedule")
 
 
 def pod_events(store: Store, namespace: str, name: str, start: int, limit: int) -> list[dict]:
-    """Evict and deschedule events about one pod since `start`, newest first, with the node's
-    CPU suppress events around them (a BE pod is suppressed with its node's BE group)."""
-    t = events.c
+    """Evict and deschedule events about one pod since `start`, newest first, then, for a BE pod
+    (or one whose class is not known), the CPU suppress events of the nodes it was on: a BE pod
+    is suppressed with its node's BE group, not by name."""
+    t, p = events.c, pod_samples.c
     like = f'%"name":"{name}"%'
     with store.engine.connect() as conn:
         rows = conn.execute(
@@ -103,7 +104,13 @@ def pod_events(store: Store, namespace: str, name: str, start: int, limit: int) 
         ).all()  # fmt: skip
         found = [_api._event_item(dict(r._mapping)) for r in rows]
         found = [e for e in found if e["target"].get("name") == name and e["target"].get("namespace") == namespace]
-        nodes = sorted({e["node"] for e in found})
+        sample = conn.execute(
+            sa.select(p.node, p.qos).where(p.namespace == namespace, p.name == name, p.ts >= start)
+            .order_by(p.ts.desc()).limit(1)
+        ).first()  # fmt: skip
+        nodes = sorted({e["node"] for e in found} | ({sample.node} if sample else set()))
+        if sample is not None and sample.qos != "BE":
+            nodes = []
         suppress = []
         for node in nodes:
             suppress += [_api._event_item(dict(r._mapping)) for r in conn.execute(

@@ -166,7 +166,7 @@ class Executor:
                 reason=f"{w.resource} {old} -> {new}",
                 dry_run=self.dry_run,
                 target={"path": w.rel, "file": w.resource, "level": w.level},
-                details={"old": old, "new": new, "value": w.value},
+                details={"old": old, "new": new, "value": w.value, **({"inputs": w.inputs} if w.inputs else {})},
             )
         )
         return True

@@ -34,6 +34,7 @@ class CgroupWrite:
     value: int | str
     strategy: str
     level: str = "pod"  # qos | pod | container | host (a host application's dir)
+    inputs: dict = field(default_factory=dict, compare=False)  # what the strategy read (explanations)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ The cfsQuota policy turns it into the besteffort dir's quota (at least 2000 us, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from koordcommon.schemas import NodeSLOSpec
+from koordcommon.schemas import NodeSLOSpec, ResourceThresholdStrategy
 
 from ..model import CFS_PERIOD_US, CgroupWrite, QoSState
 from .cpuset import format_cpuset, parse_cpuset, pick_cpus
@@ -28,7 +29,9 @@ BE_MIN_QUOTA = 2000
 BE_MIN_CPUS = 2
 
 
-def suppress_milli(state: QoSState, threshold_percent: int, min_percent: int | None = None) -> int:
+def suppress_milli(state: QoSState, threshold_percent: int, min_percent: int | None = None,
+                   record: dict | None = None) -> int:
+    """BE milli-cpu allowed; `record` receives the formula's terms (explanations)."""
     cap = state.capacity.cpu_milli
     reserved = max(state.capacity.cpu_milli - state.allocatable.cpu_milli, state.annotation_reserved_cpu_milli, 0)
     pods_all = sum(p.usage.cpu_milli for p in state.pods if p.usage is not None)
@@ -43,6 +46,10 @@ def suppress_milli(state: QoSState, threshold_percent: int, min_percent: int | N
     suppress = cap * threshold_percent // 100 - non_be - apps_non_be - system
     if min_percent is not None:
         suppress = max(suppress, cap * min_percent // 100)
+    if record is not None:
+        record.update({"capacity": cap, "threshold_percent": threshold_percent, "non_be_pods": non_be,
+                       "non_be_host_apps": apps_non_be, "system_or_reserved": system, "min_percent": min_percent,
+                       "be_allowed": suppress})  # fmt: skip
     return suppress
 
 
@@ -117,7 +124,12 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
     full = full_be_cpuset(state)
     if not cfg.enable:
         return [CgroupWrite(state.be_dir, "cpu.cfs_quota_us", -1, NAME, "qos")] + _cpuset_writes(state, full)
-    suppress = suppress_milli(state, cfg.cpuSuppressThresholdPercent, cfg.cpuSuppressMinPercent)
+    inputs: dict = {}
+    suppress = suppress_milli(state, cfg.cpuSuppressThresholdPercent, cfg.cpuSuppressMinPercent, inputs)
+    return [dataclasses.replace(w, inputs=inputs) for w in _suppress_writes(state, cfg, suppress, full)]
+
+
+def _suppress_writes(state: QoSState, cfg: ResourceThresholdStrategy, suppress: int, full: list[int]) -> list[CgroupWrite]:
     cap_cores = state.capacity.cpu_milli // 1000
     if cfg.cpuSuppressPolicy == "cfsQuota":
         new = max(suppress * CFS_PERIOD_US // 1000, BE_MIN_QUOTA)
