@@ -23,7 +23,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
-from . import explain_cmd, helpfmt, history_cmd, render
+from . import explain_cmd, helpfmt, history_cmd, render, whatif_cmd
 from .launcher import SERVICES, DemoPlan
 
 app = typer.Typer(help="Run and inspect the colocation system.", no_args_is_help=True)
@@ -583,6 +583,7 @@ def events(
 
 history_cmd.register(app, sys.modules[__name__])
 explain_cmd.register(app)
+whatif_cmd.register(app, sys.modules[__name__])
 helpfmt.tidy(app)  # last: every command is registered
 
 

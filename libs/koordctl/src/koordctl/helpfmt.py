@@ -43,10 +43,10 @@ def metavar_for(name: str, annotation: Any) -> str | None:
         return None
     if name == "output":
         return "table|json"
+    if kind is Path or "Path" in text:  # a file, even when named after a service (`--extender FILE`)
+        return "PATH"
     if any(part in name for part in _URL_NAMES):
         return "URL"
-    if kind is Path or "Path" in text:
-        return "PATH"
     if kind is int or text.startswith("int"):
         return "N"
     if kind is float or text.startswith("float"):

@@ -35,7 +35,8 @@ class ConfigRun:
         return self.config["name"]
 
 
-def _run_one(spec_doc: dict, cfg: WhatIfConfig, duration_s: int, tick_s: int, ticks_q) -> ConfigRun:
+def _run_one(spec_doc: dict, cfg: WhatIfConfig, duration_s: int, tick_s: int, ticks_q, mode: str = "fast",
+             speed: float | None = None) -> ConfigRun:
     spec = SimSpec.model_validate(spec_doc)
     last = [0.0]
 
@@ -45,7 +46,12 @@ def _run_one(spec_doc: dict, cfg: WhatIfConfig, duration_s: int, tick_s: int, ti
             last[0] = now
             ticks_q.put((cfg.name, done, total))
 
-    result = replay(spec, cfg, duration_s, tick_s, progress)
+    if mode == "real":
+        from .real import replay_real
+
+        result = replay_real(spec, cfg, duration_s, tick_s, progress, **({"speed": speed} if speed else {}))
+    else:
+        result = replay(spec, cfg, duration_s, tick_s, progress)
     evicted_by_root: dict[str, int] = {}
     for life in result.ledger.pods.values():
         if life.outcome == "evicted":
@@ -69,16 +75,19 @@ def run_sweep(
     workers: int | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
     with_baseline: bool = True,
+    mode: str = "fast",
+    speed: float | None = None,
 ) -> list[ConfigRun]:
-    """The baseline (first) and each configuration, in that order."""
+    """The baseline (first) and each configuration, in that order. `mode` "real" runs each
+    through the services as processes (one replay at a time: each is a whole system)."""
     todo = ([baseline()] if with_baseline else []) + list(configs)
     spec_doc = spec.resolved(wall_ms=spec.start_ms or 0).model_dump()
-    workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+    workers = 1 if mode == "real" else max(1, min(workers or os.cpu_count() or 1, len(todo)))
     if workers == 1:  # in this process: no pickling, tracebacks as they are
         out = []
         for cfg in todo:
             cb = (lambda d, t, name=cfg.name: on_progress(name, d, t)) if on_progress else None
-            out.append(_run_one(spec_doc, cfg, duration_s, tick_s, _Direct(cb) if cb else None))
+            out.append(_run_one(spec_doc, cfg, duration_s, tick_s, _Direct(cb) if cb else None, mode, speed))
         return out
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
     with ctx.Manager() as manager:
