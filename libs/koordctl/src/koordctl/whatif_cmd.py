@@ -153,12 +153,16 @@ def register(app: typer.Typer, cli) -> None:
         with Progress(*columns, transient=False, disable=not sys.stderr.isatty()) as progress:
             bars: dict[str, int] = {}
 
+            told: dict[str, int] = {}  # without a terminal: a line each tenth of a replay
+
             def on_progress(name: str, done: int, total: int) -> None:
                 if name not in bars:
                     bars[name] = progress.add_task(name[:48], total=total)
                 progress.update(bars[name], completed=done)
-                if not sys.stderr.isatty() and done == total:
-                    typer.echo(f"  done: {name}", err=True)
+                tenth = done * 10 // max(total, 1)
+                if not sys.stderr.isatty() and tenth > told.get(name, -1):
+                    told[name] = tenth
+                    typer.echo(f"  {name}: {tenth * 10} % ({time.monotonic() - started:.0f} s)", err=True)
 
             runs = run_sweep(spec, configs, duration_s, workers=workers or None, on_progress=on_progress, mode=mode,
                              speed=speed)
