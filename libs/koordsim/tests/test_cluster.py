@@ -324,6 +324,30 @@ async def test_usage_override_hot_spot():
     assert s.usage_snapshot(node, T0 + 60_000) == base
 
 
+async def test_usage_of_nodes_is_each_nodes_snapshot():
+    """A node agent's one evaluation of all its nodes gives every node exactly its own snapshot,
+    with an override in force and after a pod left (the joined pod set is built again)."""
+    s = SimCluster(spec())
+    names = ["sim-node-001", "sim-node-003", "sim-node-005", "no-such-node"]
+    await s.set_usage_override(node="sim-node-003", cpu_factor=2.5, from_ms=T0)
+
+    def check(t: int) -> None:
+        u = s.usage_of_nodes(names, t)
+        assert u.nodes == names[:3]
+        for i, node in enumerate(u.nodes):
+            snap = s.usage_snapshot(node, t)
+            lo, hi = u.bounds[i], u.bounds[i + 1]
+            pods = {k: Resources(int(c), int(m)) for k, c, m in zip(u.keys[lo:hi], u.pod_cpu[lo:hi], u.pod_mem[lo:hi])}
+            assert pods == snap.pods
+            assert (int(u.node_cpu[i]), int(u.node_mem[i])) == (snap.node_usage.cpu_milli, snap.node_usage.memory_bytes)
+
+    check(T0 + 60_000)
+    victim = s.state.pods_on("sim-node-005")[0]
+    assert (await s.evict_pod(victim.namespace, victim.name)).outcome is EvictionOutcome.EVICTED
+    check(T0 + 120_000)
+    assert victim.key not in s.usage_of_nodes(names, T0 + 120_000).keys
+
+
 def test_sim_clock_speed():
     wall = [1000.0]
     clock = SimClock(start_ms=5_000, speed=60, wall_anchor_ms=1_000_000, wall=lambda: wall[0])

@@ -79,6 +79,34 @@ class PodSet:
     containers: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)
 
 
+def concat_podsets(sets: list[PodSet]) -> PodSet:
+    """One PodSet of many (each node's, in order): a single evaluate() then serves them all,
+    each set's pods at its own offset."""
+    offsets = np.cumsum([0] + [len(ps.keys) for ps in sets])
+
+    def cat(name: str, dtype, shift: bool = False) -> np.ndarray:
+        parts = [getattr(ps, name) + int(o) if shift else getattr(ps, name) for ps, o in zip(sets, offsets, strict=False)]
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+
+    containers: dict[str, list[tuple[str, float, float]]] = {}
+    for ps in sets:
+        containers.update(ps.containers)
+    return PodSet(
+        keys=[k for ps in sets for k in ps.keys],
+        nodes=cat("nodes", object),
+        trace_idx=cat("trace_idx", np.int64, shift=True),
+        rows=cat("rows", np.int64),
+        offsets=cat("offsets", np.int64),
+        cpu_scale=cat("cpu_scale", np.float64),
+        mem_scale=cat("mem_scale", np.float64),
+        plan_idx=cat("plan_idx", np.int64, shift=True),
+        plan_seed=cat("plan_seed", np.uint64),
+        plan_cpu=cat("plan_cpu", np.float64),
+        plan_mem=cat("plan_mem", np.float64),
+        containers=containers,
+    )
+
+
 class UsageModel:
     def __init__(
         self,

@@ -85,6 +85,11 @@ class SimAgent:
         self.last_round_ms: int | None = None
         self.last_rounds: dict[str, NodeRound] = {}  # what the last round recorded (what ran)
         self.on_round: list[Callable[[int, dict[str, NodeRound]], Awaitable[None]]] = []
+        self._refreshes = 0  # measure() aligns the pods' uids with the cluster's keys once per refresh
+        self._aligned_keys: list[str] | None = None
+        self._aligned_refresh = -1
+        self._aligned_uids: list[str | None] = []
+        self._aligned_complete = True
 
     async def refresh(self) -> None:
         nodes = select_nodes(await self.cluster.list_nodes(), self.settings)
@@ -103,6 +108,7 @@ class SimAgent:
         for uid in [u for u in self._infos if u not in live]:
             del self._infos[uid]
         NODES.labels(self.MODE).set(len(names))
+        self._refreshes += 1
 
     def _info(self, pod: PodRecord) -> PodInfo:
         """A pod's PodInfo, derived again only when the pod changed (its resourceVersion)."""
@@ -121,18 +127,27 @@ class SimAgent:
         return rounds
 
     def measure(self, t_ms: int) -> dict[str, NodeRound]:
-        """What every node's pods ask for at t_ms, from the simulated cluster's usage model."""
+        """What every node's pods ask for at t_ms, from the simulated cluster's usage model: one
+        vectorised evaluation for all the nodes of this agent (the stand-in for reading /proc and
+        the cgroups, which a real agent does for its one node)."""
+        usage = self.cluster.usage_of_nodes(list(self.reporter.node_names()), t_ms)
+        if usage.keys is not self._aligned_keys or self._aligned_refresh != self._refreshes:
+            # containers are a fixed share of their pod in the sim: derived when a sample is built;
+            # a pod started since the last refresh is left out until the next one picks it up
+            self._aligned_keys, self._aligned_refresh = usage.keys, self._refreshes
+            self._aligned_uids = [self._uid_of.get(k) for k in usage.keys]
+            self._aligned_complete = None not in self._aligned_uids
+        uids = self._aligned_uids
+        cpu, mem = usage.pod_cpu.astype(float).tolist(), usage.pod_mem.astype(float).tolist()
+        node_cpu, node_mem = usage.node_cpu.astype(float).tolist(), usage.node_mem.astype(float).tolist()
+        b = usage.bounds
         rounds: dict[str, NodeRound] = {}
-        uid_of = self._uid_of
-        for name in self.reporter.node_names():
-            snap = self.cluster.usage_snapshot(name, t_ms)
-            # containers are a fixed share of their pod in the sim: derived when a sample is built
-            pods = {
-                uid_of[key]: (float(u.cpu_milli), float(u.memory_bytes)) for key, u in snap.pods.items() if key in uid_of
-            }  # a pod started since the last refresh is picked up by the next one
-            rounds[name] = NodeRound(
-                node=(float(snap.node_usage.cpu_milli), float(snap.node_usage.memory_bytes)), pods=pods
-            )
+        for i, name in enumerate(usage.nodes):
+            lo, hi = b[i], b[i + 1]
+            pods = dict(zip(uids[lo:hi], zip(cpu[lo:hi], mem[lo:hi], strict=True), strict=True))
+            if not self._aligned_complete:
+                pods.pop(None, None)
+            rounds[name] = NodeRound(node=(node_cpu[i], node_mem[i]), pods=pods)
         return rounds
 
     def record(self, t_ms: int, rounds: dict[str, NodeRound]) -> None:

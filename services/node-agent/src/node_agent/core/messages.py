@@ -145,17 +145,16 @@ class NodeHistory:
         containers: dict[tuple[str, str], Pair] | None = None,
         host_apps: dict[str, Pair] | None = None,
     ) -> None:
-        pod_cpu = pod_mem = 0.0
-        apps = {k: v for k, v in (host_apps or {}).items() if k in self.host_apps}
-        for c, m in [*pods.values(), *apps.values()]:
-            if not math.isnan(c):
-                pod_cpu += c
-            if not math.isnan(m):
-                pod_mem += m
+        apps = {k: v for k, v in host_apps.items() if k in self.host_apps} if host_apps else {}
+        values = [*pods.values(), *apps.values()] if apps else pods.values()
+        # x == x is False only for NaN (no value this round), which adds nothing
+        pod_cpu = sum(c for c, _ in values if c == c)
+        pod_mem = sum(m for _, m in values if m == m)
         system = (max(node[0] - pod_cpu, 0.0), max(node[1] - pod_mem, 0.0))  # NaN stays NaN
         self.node_ring.push(ts_ms, {NODE: node, SYSTEM: system})
         self.pod_ring.push(ts_ms, pods)
-        self.container_ring.push(ts_ms, containers or {})
+        if containers or self.container_ring.series():  # the sim derives containers from their pod
+            self.container_ring.push(ts_ms, containers or {})
         if self.host_ring is not None:
             self.host_ring.push(ts_ms, apps)
 

@@ -11,6 +11,7 @@ milli-cores (float: rates are fractional) and memory in bytes (float64 is exact 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -29,6 +30,8 @@ class SlotRing:
         self._size = 0
         self._slot: dict[Hashable, int] = {}
         self._free: list[int] = list(range(max(slots, 1) - 1, -1, -1))
+        self._last_keys: tuple = ()  # the keys of the last push and their slots
+        self._last_slots = np.zeros(0, dtype=np.intp)
 
     # -- series
 
@@ -53,6 +56,7 @@ class SlotRing:
     def forget(self, key: Hashable) -> None:
         """Drop a series (pod gone): its column is cleared so the slot can be reused."""
         slot = self._slot.pop(key, None)
+        self._last_keys = ()
         if slot is not None:
             self._values[:, slot, :] = np.nan
             self._free.append(slot)
@@ -73,12 +77,16 @@ class SlotRing:
 
     def push(self, ts_ms: int, samples: dict[Hashable, tuple[float, float]]) -> None:
         """One collection round: every series not in `samples` gets NaN for it."""
-        known = self._slot
-        slots = [known[k] if k in known else self.slot_of(k) for k in samples]
+        keys = tuple(samples)
+        if keys != self._last_keys:  # a node's pods are the same round after round: map them once
+            known = self._slot
+            self._last_slots = np.array([known[k] if k in known else self.slot_of(k) for k in keys], dtype=np.intp)
+            self._last_keys = keys
         row = self._head
         self._values[row] = np.nan
-        if slots:
-            self._values[row, slots, :] = list(samples.values())
+        if keys:
+            flat = np.fromiter(chain.from_iterable(samples.values()), dtype=np.float64, count=2 * len(keys))
+            self._values[row, self._last_slots, :] = flat.reshape(-1, 2)
         self._ts[row] = ts_ms
         self._head = (row + 1) % self.capacity
         self._size = min(self._size + 1, self.capacity)
