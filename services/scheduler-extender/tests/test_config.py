@@ -132,7 +132,8 @@ def test_plugins_run_in_the_configured_order_and_unknown_names_are_refused():
     # NodeKnown always first: the others judge only names that have data
     assert [p.name for p in st.plugins] == ["NodeKnown", "Reservation", "LoadAwareScheduling"]
     assert st.plugin("LoadAwareScheduling").weight == 3 and st.plugin("Reservation").weight == 5000
-    assert [p.name for p in ClusterState().plugins] == ["NodeKnown", "LoadAwareScheduling", "BatchMidFit", "Reservation"]
+    assert [p.name for p in ClusterState().plugins] == ["NodeKnown", "LoadAwareScheduling", "BatchMidFit",
+                                                   "NodeNUMAResource", "Reservation"]
     with pytest.raises(ValueError, match="unknown plugin.*Gang.*known: NodeKnown"):
         Settings(plugins=["LoadAwareScheduling", "Gang"])
     with pytest.raises(ValueError, match="weight for unknown plugin 'Quota'"):

@@ -4,7 +4,7 @@ connection options (its nkey seed, its own reply inbox, TLS).
 
 A role's permissions are templates over the installation's namespace and, for the node agent,
 its node: a node agent may publish only `koord.metrics.<its node>`, `koord.nodemetric.<its
-node>` and `koord.events.<kind>.<its node>`, and read only its own NodeSLO; nothing else a
+node>`, `koord.nodetopology.<its node>` and `koord.events.<kind>.<its node>`, and read only its own NodeSLO; nothing else a
 forged message could be built from. Every identity receives replies only below its own inbox
 prefix (`subjects.inbox_prefix`): JetStream acks, KV reads and pulled messages are replies, so
 one client can never read another's.
@@ -50,6 +50,7 @@ NODE = "{node}"  # the node a node agent speaks for; `>` for a simulated agent t
 # Streams and the bucket by their un-namespaced names (subjects.*_STREAM, NODESLO_BUCKET).
 _METRICS, _NODEMETRIC, _EVENTS = subjects.METRICS_STREAM.name, subjects.NODEMETRIC_STREAM.name, subjects.EVENTS_STREAM.name
 _NODERESOURCE, _RECOMMENDATION = subjects.NODERESOURCE_STREAM.name, subjects.RECOMMENDATION_STREAM.name
+_NODETOPOLOGY = subjects.NODETOPOLOGY_STREAM.name
 _DEADLETTER, _SIM = subjects.DEADLETTER_STREAM.name, subjects.SIM_STREAM.name
 _KV_STREAM = "KV_{bucket}"
 
@@ -76,10 +77,11 @@ ROLES: dict[str, Role] = {
     for r in (
         Role(
             "node-agent",
-            publish=(f"{_PREFIX}.metrics.{NODE}", f"{_PREFIX}.nodemetric.{NODE}", f"{_PREFIX}.events.*.{NODE}"),
-            streams_declared=(_METRICS, _NODEMETRIC, _EVENTS),
+            publish=(f"{_PREFIX}.metrics.{NODE}", f"{_PREFIX}.nodemetric.{NODE}", f"{_PREFIX}.nodetopology.{NODE}",
+                     f"{_PREFIX}.events.*.{NODE}"),
+            streams_declared=(_METRICS, _NODEMETRIC, _NODETOPOLOGY, _EVENTS),
             kv_read=NODE,
-            doc="publishes its node's samples, NodeMetric and QoS events; reads its own NodeSLO",
+            doc="publishes its node's samples, NodeMetric, CPU topology and QoS events; reads its own NodeSLO",
         ),
         Role(
             "metrics-collector",
@@ -95,9 +97,9 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "scheduler-extender",
-            streams_declared=(_NODEMETRIC, _NODERESOURCE, _RECOMMENDATION),
-            streams_read=(_NODEMETRIC, _NODERESOURCE, _RECOMMENDATION),
-            doc="only reads (NodeMetrics, NodeResources, recommendations)",
+            streams_declared=(_NODEMETRIC, _NODERESOURCE, _NODETOPOLOGY, _RECOMMENDATION),
+            streams_read=(_NODEMETRIC, _NODERESOURCE, _NODETOPOLOGY, _RECOMMENDATION),
+            doc="only reads (NodeMetrics, NodeResources, CPU topologies, recommendations)",
         ),
         Role(
             "descheduler",

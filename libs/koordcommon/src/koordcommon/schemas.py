@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .cpus import CPUListError, parse_cpuset
 from .model import PriorityClass, QoSClass
 from .resources import Resources
 
@@ -280,6 +281,67 @@ class NodeResource(Message):
     metric_ts: int | None = None  # ts of the NodeMetric used
     inputs: dict[str, Any] = {}
     messages: list[str] = []
+
+
+# --------------------------------------------------------------------------- CPU topology
+
+
+class CPUInfo(Payload):
+    """One logical CPU (koordlet's `node.koordinator.sh/cpu-topology` detail): core unique on the node."""
+
+    id: int = Field(ge=0, lt=8192)
+    core: int = Field(ge=0)
+    socket: int = Field(0, ge=0)
+    node: int = Field(0, ge=0)
+
+
+class CPUSharedPool(Payload):
+    """One NUMA node's part of a pool (koordlet's cpu-shared-pools entry)."""
+
+    socket: int = Field(ge=0)
+    node: int = Field(ge=0)
+    cpuset: str
+
+
+class PodCPUAlloc(Payload):
+    """CPUs a pod holds exclusively (koordlet's pod-cpu-allocs entry)."""
+
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    cpuset: str
+    managedByKubelet: bool = False
+
+
+class NodeTopology(Message):
+    """A node's CPU topology and pools, as koordlet reports them on its NodeResourceTopology:
+    every logical CPU, the kubelet CPU manager policy, the CPUs pods hold exclusively (bound by
+    the scheduler or pinned by the kubelet's static policy), the share pool (LS) and the BE pool
+    per NUMA node. Published by the node agent when it changes; the extender allocates from it."""
+
+    SCHEMA: ClassVar[str] = "NodeTopology"
+    node: str
+    cpus: list[CPUInfo] = []
+    kubelet_cpu_policy: str = "none"
+    pod_cpu_allocs: list[PodCPUAlloc] = []
+    cpu_shared_pools: list[CPUSharedPool] = []
+    be_cpu_shared_pools: list[CPUSharedPool] = []
+
+    @model_validator(mode="after")
+    def _check_cpus(self):
+        ids = [c.id for c in self.cpus]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a CPU id appears twice")
+        known = set(ids)
+        for text in [a.cpuset for a in self.pod_cpu_allocs] + [p.cpuset for p in self.cpu_shared_pools
+                                                                + self.be_cpu_shared_pools]:
+            try:
+                cpus = parse_cpuset(text)
+            except CPUListError as exc:
+                raise ValueError(str(exc)) from None
+            if not known.issuperset(cpus):
+                raise ValueError(f"cpuset {text!r} names CPUs the topology does not have")
+        return self
 
 
 # --------------------------------------------------------------------------- NodeSLO

@@ -48,6 +48,10 @@ def noderesource(node: str) -> str:
     return f"{PREFIX}.noderesource.{encode_token(node)}"
 
 
+def nodetopology(node: str) -> str:
+    return f"{PREFIX}.nodetopology.{encode_token(node)}"
+
+
 def nodeslo(node: str) -> str:
     return f"{PREFIX}.nodeslo.{encode_token(node)}"
 
@@ -116,6 +120,7 @@ class StreamSpec:
 METRICS_STREAM = StreamSpec("KOORD_METRICS", (f"{PREFIX}.metrics.>",), max_age_s=24 * 3600)
 NODEMETRIC_STREAM = StreamSpec("KOORD_NODEMETRIC", (f"{PREFIX}.nodemetric.>",), max_age_s=24 * 3600)
 NODERESOURCE_STREAM = StreamSpec("KOORD_NODERESOURCE", (f"{PREFIX}.noderesource.>",), max_age_s=7 * 24 * 3600)
+NODETOPOLOGY_STREAM = StreamSpec("KOORD_NODETOPOLOGY", (f"{PREFIX}.nodetopology.>",), max_age_s=7 * 24 * 3600)
 RECOMMENDATION_STREAM = StreamSpec("KOORD_RECOMMENDATION", (f"{PREFIX}.recommendation.>",), max_age_s=7 * 24 * 3600)
 EVENTS_STREAM = StreamSpec("KOORD_EVENTS", (f"{PREFIX}.events.>",), max_age_s=7 * 24 * 3600)
 DEADLETTER_STREAM = StreamSpec("KOORD_DEADLETTER", (f"{PREFIX}.deadletter.>",), max_age_s=7 * 24 * 3600)
@@ -124,6 +129,7 @@ ALL_STREAMS = (
     METRICS_STREAM,
     NODEMETRIC_STREAM,
     NODERESOURCE_STREAM,
+    NODETOPOLOGY_STREAM,
     RECOMMENDATION_STREAM,
     EVENTS_STREAM,
     DEADLETTER_STREAM,

@@ -334,10 +334,12 @@ class SimCluster:
         data["created_ms"] = data.get("created_ms") or now
         return await self._mutate("pod_created", {"pod": data, "t_ms": now})
 
-    async def bind_pod(self, namespace: str, name: str, node_name: str, uid: str = "") -> None:
-        await self._mutate(
-            "pod_bound", {"namespace": namespace, "name": name, "node": node_name, "uid": uid, "t_ms": self.now_ms()}
-        )
+    async def bind_pod(self, namespace: str, name: str, node_name: str, uid: str = "",
+                       annotations: dict[str, str] | None = None) -> None:
+        payload = {"namespace": namespace, "name": name, "node": node_name, "uid": uid, "t_ms": self.now_ms()}
+        if annotations:
+            payload["annotations"] = dict(annotations)
+        await self._mutate("pod_bound", payload)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         await self._mutate("pod_deleted", {"namespace": namespace, "name": name, "t_ms": self.now_ms()})

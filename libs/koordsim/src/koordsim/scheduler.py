@@ -109,11 +109,15 @@ class ExtenderScheduler:
         client: httpx.AsyncClient | None = None,
         transport: Transport | None = None,
         skip_dominated: bool = False,
+        bind_verb: str = "",
     ):
         """`skip_dominated`: in one pass over the queue, a pod asking at least as much as a pod
         of its class found unschedulable in that pass (every request and limit, nothing else
         about the pods differs in this simulation) is not tried: nothing it could use has freed
-        since. The outcome is the same; a replay with a long backlog saves the attempts."""
+        since. The outcome is the same; a replay with a long backlog saves the attempts.
+        `bind_verb` (kube-scheduler's bindVerb): the extender binds the pods it is interested in
+        (`POST <urlPrefix>/<bindVerb>`, ExtenderBindingArgs), as it must to record an allocation
+        on the pod; otherwise the scheduler binds through the cluster port."""
         self.cluster = cluster
         self.url_prefix = extender_url.rstrip("/")
         self.node_cache_capable = node_cache_capable
@@ -127,6 +131,7 @@ class ExtenderScheduler:
         self.percentage = percentage_of_nodes_to_score
         self.transport = transport
         self.skip_dominated = skip_dominated
+        self.bind_verb = bind_verb
         self._asks: dict[tuple[str, str], _Asks] = {}
         self._json: dict[tuple[str, str], dict[str, Any]] = {}  # pending pods' JSON, by uid and resourceVersion
         self._client = client or (None if transport is not None else httpx.AsyncClient(timeout=self.timeout_s))
@@ -239,6 +244,14 @@ class ExtenderScheduler:
             if host in candidates and isinstance(score, int) and not isinstance(score, bool):
                 out[host] = out.get(host, 0) + score * self.weight * (fit.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
         return out
+
+    async def extender_bind(self, pod: PodRecord, node: str) -> None:
+        """The extender binds the pod; its `Error` fails the binding (the pod is retried)."""
+        reply = await self._send(self.bind_verb, {"PodName": pod.name, "PodNamespace": pod.namespace,
+                                                  "PodUID": pod.uid, "Node": node})  # fmt: skip
+        error = _ci(reply, "Error")
+        if error:
+            raise ExtenderError(str(error))
 
     # ------------------------------------------------------------------ cycles
 
@@ -354,7 +367,10 @@ class ExtenderScheduler:
                     scores[host] += s
             chosen = min(scores, key=lambda name: (-scores[name], name))
         try:
-            await self.cluster.bind_pod(pod.namespace, pod.name, chosen, pod.uid)
+            if self.bind_verb and self.is_interested(pod):
+                await self.extender_bind(pod, chosen)
+            else:
+                await self.cluster.bind_pod(pod.namespace, pod.name, chosen, pod.uid)
         except Exception as exc:  # noqa: BLE001 - any backend's refusal (pod gone, already bound) requeues the pod
             return ScheduleResult(pod.namespace, pod.name, reasons=reasons, error=f"binding rejected: {exc}", scores=scores)
         return ScheduleResult(pod.namespace, pod.name, node=chosen, reasons=reasons, scores=scores)

@@ -223,9 +223,11 @@ class SimState:
             raise MutationError(f'node "{node}" not found')
         if pod.node_name:
             raise MutationError(f"pod {pod.name} is already assigned to node \"{pod.node_name}\"")
-        new = dataclasses.replace(
-            pod, node_name=node, phase="Running", start_ms=payload.get("t_ms"), resource_version=self._bump()
-        )
+        # a Binding's annotations land on the pod with the binding, as the API server copies them
+        extra = payload.get("annotations") or {}
+        annotations = {**pod.annotations, **{str(k): str(v) for k, v in extra.items()}} if extra else pod.annotations
+        new = dataclasses.replace(pod, node_name=node, phase="Running", start_ms=payload.get("t_ms"),
+                                  annotations=annotations, resource_version=self._bump())
         self._put_pod(new)
         return new, [ClusterEvent("MODIFIED", "Pod", new)]
 

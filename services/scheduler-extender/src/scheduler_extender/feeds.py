@@ -1,5 +1,5 @@
-"""Adapters that keep `ClusterState` current: the bus (NodeMetric, NodeResource, usage profiles)
-and the cluster port's watch (nodes, pods, Reservations).
+"""Adapters that keep `ClusterState` current: the bus (NodeMetric, NodeResource, the node agents'
+CPU topologies, usage profiles) and the cluster port's watch (nodes, pods, Reservations).
 
 The bus feeds start from the latest message of every node (`last_per_subject`) and then follow
 live; only the newest state matters, so nothing is acknowledged or stored. The cluster feed
@@ -17,7 +17,7 @@ from koordcommon import subjects
 from koordcommon.bus import Bus
 from koordcommon.cluster.port import ClusterEvent, ClusterPort
 from koordcommon.records import NodeRecord, PodRecord
-from koordcommon.schemas import NodeMetric, NodeResource, Recommendation
+from koordcommon.schemas import NodeMetric, NodeResource, NodeTopology, Recommendation
 
 from .core.estimator import profile_from_recommendation
 from .core.state import ClusterState
@@ -32,6 +32,7 @@ class FeedStatus:
         self.cluster_listed = asyncio.Event()
         self.metrics_seen = 0
         self.node_resources_seen = 0
+        self.topologies_seen = 0
         self.profiles_seen = 0
 
 
@@ -47,6 +48,14 @@ async def follow_node_resources(bus: Bus, state: ClusterState, status: FeedStatu
     ):
         state.apply_node_resource(d.msg)
         status.node_resources_seen += 1
+
+
+async def follow_topologies(bus: Bus, state: ClusterState, status: FeedStatus) -> None:
+    async for d in bus.tail(
+        subjects.NODETOPOLOGY_STREAM, "koord.nodetopology.>", NodeTopology, deliver="last_per_subject"
+    ):
+        state.apply_topology(d.msg)
+        status.topologies_seen += 1
 
 
 async def follow_profiles(bus: Bus, state: ClusterState, status: FeedStatus, percentile: str, window_s: int) -> None:

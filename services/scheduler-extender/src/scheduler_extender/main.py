@@ -31,7 +31,8 @@ async def run(svc: Service, state: ClusterState) -> None:
     status = feeds.FeedStatus()
     svc.health.add_check("cluster", status.cluster_listed.is_set)
     bus = await start_bus(svc)
-    await bus.ensure_streams(subjects.NODEMETRIC_STREAM, subjects.NODERESOURCE_STREAM, subjects.RECOMMENDATION_STREAM)
+    await bus.ensure_streams(subjects.NODEMETRIC_STREAM, subjects.NODERESOURCE_STREAM, subjects.NODETOPOLOGY_STREAM,
+                             subjects.RECOMMENDATION_STREAM)
     cluster = await start_cluster(svc, bus)
     if settings.bind_verb:
         svc.public_paths.add(api.install_bind(svc.app, state, cluster, settings.url_prefix))
@@ -41,6 +42,7 @@ async def run(svc: Service, state: ClusterState) -> None:
         asyncio.create_task(feeds.follow_cluster(cluster, state, status), name="cluster-feed"),
         asyncio.create_task(feeds.follow_metrics(bus, state, status), name="nodemetric-feed"),
         asyncio.create_task(feeds.follow_node_resources(bus, state, status), name="noderesource-feed"),
+        asyncio.create_task(feeds.follow_topologies(bus, state, status), name="nodetopology-feed"),
         asyncio.create_task(feeds.prune_periodically(state), name="prune"),
     ]
     if settings.use_profiles:

@@ -13,6 +13,7 @@ from .core import plugins
 from .core.estimator import EstimatorArgs
 from .core.framework import SCORE_MAPPINGS
 from .core.plugins.loadaware import AGGREGATION_TYPES, AggregatedArgs, LoadAwareArgs, Thresholds
+from .core.plugins.numa import NUMAResourceArgs
 from .core.state import ExtenderConfig
 
 SERVICE = "scheduler-extender"
@@ -49,6 +50,14 @@ class Settings(ServiceSettings):
     usage_aggregated_duration_seconds: int = 0
     score_aggregation_type: str = ""
     score_aggregated_duration_seconds: int = 0
+
+    # NodeNUMAResourceArgs (exclusive CPUs for LSE / LSR pods)
+    default_cpu_bind_policy: str = Field("FullPCPUs", pattern="^(FullPCPUs|SpreadByPCPUs)$",
+                                         description="bind policy of pods whose resource-spec names none")
+    scoring_strategy: str = Field("LeastAllocated", pattern="^(LeastAllocated|MostAllocated)$",
+                                  description="NodeNUMAResource: prefer emptier or fuller nodes")
+    numa_scoring_strategy: str = Field("LeastAllocated", pattern="^(LeastAllocated|MostAllocated)$",
+                                       description="NUMA allocate strategy of nodes without the label")
 
     use_profiles: bool = True
     profile_percentile: str = "p95"
@@ -150,6 +159,7 @@ class Settings(ServiceSettings):
                     score_aggregated_duration_s=self.score_aggregated_duration_seconds,
                 ),
             ),
+            numa=NUMAResourceArgs(self.default_cpu_bind_policy, self.scoring_strategy, self.numa_scoring_strategy),
             estimator=EstimatorArgs(
                 cpu_factor=factors["cpu"], memory_factor=factors["memory"], allow_customize=self.allow_customize_estimation
             ),

@@ -471,10 +471,13 @@ class KubeCluster:
         resp = await self._acall(self._core.create_namespaced_pod, pod.namespace, body, _headers=JSON_HEADERS)
         return kube_codec.pod_from_k8s(resp or {})
 
-    async def bind_pod(self, namespace: str, name: str, node_name: str, uid: str = "") -> None:
+    async def bind_pod(self, namespace: str, name: str, node_name: str, uid: str = "",
+                       annotations: dict[str, str] | None = None) -> None:
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid
+        if annotations:
+            meta["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

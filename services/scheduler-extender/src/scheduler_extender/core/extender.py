@@ -8,14 +8,17 @@ nodes where the pod would pass every plugin once the proposed victims are gone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+from koordcommon import cpus as kc
 from koordcommon.kube_codec import pod_from_k8s
 from koordcommon.records import PodRecord
 
 from .framework import FilterOutcome, PodInfo, ScoreOutcome, run_filter, run_score, to_extender_scores
+from .plugins import numa
 from .state import ClusterState
 from .wire import (
     ExtenderArgs,
@@ -139,16 +142,45 @@ def prioritize_request(state: ClusterState, args: ExtenderArgs, now: int | None 
                       rows=rows, names=names)  # fmt: skip
 
 
+def cpu_allocation(state: ClusterState, pod: PodInfo, node: str) -> dict[str, str] | str:
+    """The annotations that record the CPUs `pod` gets on `node` (NodeNUMAResource's allocation,
+    `scheduling.koordinator.sh/resource-status`, as koord-scheduler writes it at PreBind); {} when
+    the pod binds none; the reason when it cannot be placed there."""
+    plugin = state.plugin(numa.NAME)
+    if plugin is None:
+        return {}
+    state.flush()
+    got = plugin.placement(pod, state.view(node))
+    if got is None:
+        return {}
+    if isinstance(got, str):
+        return got
+    topo = kc.Topology(tuple(kc.CPU(c.id, c.core, c.socket, c.node) for c in state.topologies[node].cpus))
+    return {kc.ANNOTATION_RESOURCE_STATUS: numa.resource_status(topo, got.allocation.cpus).encode()}
+
+
 async def bind_request(state: ClusterState, cluster, args: BindingArgs) -> bytes:
-    """kube-scheduler's bind verb: bind through the cluster port, then count the pod on its node at
-    once (a burst of pods must not all see the node empty until the watch reports them).
+    """kube-scheduler's bind verb: allocate the pod's exclusive CPUs on the node (LSE / LSR pods),
+    bind through the cluster port with the allocation as the Binding's annotations (the API server
+    sets them on the pod), then count the pod on its node at once (a burst of pods must not all
+    see the node empty until the watch reports them).
     ExtenderBindingResult: `{"Error": ""}`, or the reason the binding was refused."""
+    info = state.known_pod_by_uid(args.pod_uid)
+    annotations: dict[str, str] = {}
+    if info is not None:
+        got = cpu_allocation(state, info, args.node)
+        if isinstance(got, str):
+            return go_json({"Error": f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {got}"})
+        annotations = got
     try:
-        await cluster.bind_pod(args.pod_namespace, args.pod_name, args.node, args.pod_uid)
+        await cluster.bind_pod(args.pod_namespace, args.pod_name, args.node, args.pod_uid,
+                               annotations=annotations or None)  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - the refusal goes back to kube-scheduler, which retries the pod
         return go_json({"Error": f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc}"})
-    info = state.known_pod_by_uid(args.pod_uid)
     if info is not None:
+        if annotations:
+            record = dataclasses.replace(info.record, annotations={**info.record.annotations, **annotations})
+            info = dataclasses.replace(info, record=record)
         state.assume(info, args.node)
     return go_json({"Error": ""})
 
@@ -208,6 +240,8 @@ def preempt_request(state: ClusterState, args: ExtenderPreemptionArgs, now: int 
 __all__ = [
     "Scores",
     "VerbResult",
+    "bind_request",
+    "cpu_allocation",
     "filter_nodes",
     "filter_request",
     "parse_pod",

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import ZERO, Resources
-from koordcommon.schemas import NodeMetric, NodeResource
+from koordcommon.schemas import NodeMetric, NodeResource, NodeTopology
 
 NO_SCORE = -1  # a plugin has no score for a node (e.g. no usage known): the node is rated by the others
 
@@ -68,6 +68,9 @@ class AssignedPod:
     mid: Resources = ZERO
     deadline_ms: int | None = None  # estimate at least until then (estimatedSecondsAfterPodScheduled)
     assumed: bool = False  # placed by our prioritize answer, not yet seen bound
+    cpuset: frozenset[int] = frozenset()  # CPUs bound to it (its resource-status annotation)
+    cpu_qos: str = ""  # LSE | LSR when it holds CPUs
+    cpu_exclusive: str = ""  # its CPUExclusivePolicy (PCPULevel | NUMANodeLevel) when it holds CPUs
 
 
 @dataclass(slots=True)
@@ -85,6 +88,7 @@ class NodeView:
     # Usage the metric still reports for pods that are gone from `pods` (preemption's victims):
     # node usage minus it is what the node would use without them.
     departed_usage: Resources = ZERO
+    topology: NodeTopology | None = None  # the node agent's CPU topology report
 
     @property
     def known(self) -> bool:

@@ -20,7 +20,7 @@ from koordcommon.model import is_prod
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import ZERO, Resources
-from koordcommon.schemas import NodeMetric, NodeResource
+from koordcommon.schemas import NodeMetric, NodeResource, NodeTopology
 from koordcommon.workload import workload_of
 
 from . import plugins as registry
@@ -28,6 +28,7 @@ from . import reservation as rsv
 from .estimator import EstimatorArgs, WorkloadProfile, estimate_pod_with_profile, estimate_requests, pod_args
 from .framework import AssignedPod, NodeView, Plugin, PodInfo
 from .plugins.loadaware import LoadAwareArgs, estimation_deadline
+from .plugins.numa import NUMAResourceArgs, assigned_cpus
 
 ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 
@@ -49,6 +50,7 @@ def wall_ms() -> int:
 @dataclass(frozen=True, slots=True)
 class ExtenderConfig:
     load: LoadAwareArgs = field(default_factory=LoadAwareArgs)
+    numa: NUMAResourceArgs = field(default_factory=NUMAResourceArgs)
     estimator: EstimatorArgs = field(default_factory=EstimatorArgs)
     use_profiles: bool = True
     score_mapping: str = "range"  # range | absolute (see framework.to_extender_scores)
@@ -79,6 +81,7 @@ class ClusterState:
         self.names: list[str] = []  # by row
         self.metrics: dict[str, NodeMetric] = {}
         self.node_resources: dict[str, NodeResource] = {}
+        self.topologies: dict[str, NodeTopology] = {}  # the node agents' CPU topology reports
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[str, PodRecord] = {}  # bound, not terminated, by namespace/name
         self.assigned: dict[str, dict[str, AssignedPod]] = {}
@@ -186,6 +189,15 @@ class ClusterState:
         self.refresh(nr.node)
         return True
 
+    def apply_topology(self, report: NodeTopology) -> bool:
+        """Keep the newest CPU topology report per node."""
+        old = self.topologies.get(report.node)
+        if old is not None and old.ts > report.ts:
+            return False
+        self.topologies[report.node] = report
+        self.refresh(report.node)
+        return True
+
     def apply_node(self, node: NodeRecord) -> None:
         self.nodes[node.name] = node
         self.refresh(node.name)
@@ -194,6 +206,7 @@ class ClusterState:
         self.nodes.pop(name, None)
         self.metrics.pop(name, None)
         self.node_resources.pop(name, None)
+        self.topologies.pop(name, None)
         if name in self.rows:
             self.refresh(name)
 
@@ -234,6 +247,7 @@ class ClusterState:
 
     @staticmethod
     def _assigned(info: PodInfo, assigned_ms: int, deadline_ms: int | None = None, assumed: bool = False) -> AssignedPod:
+        cpuset, cpu_qos, cpu_exclusive = assigned_cpus(info.record)
         return AssignedPod(
             key=info.key,
             estimate=info.estimate,
@@ -244,6 +258,9 @@ class ClusterState:
             mid=info.mid,
             deadline_ms=deadline_ms,
             assumed=assumed,
+            cpuset=cpuset,
+            cpu_qos=cpu_qos,
+            cpu_exclusive=cpu_exclusive,
         )
 
     def remove_pod(self, key: str) -> None:
@@ -381,6 +398,7 @@ class ClusterState:
             reservations=self.node_reservations(node),
             now_ms=self.clock(),
             departed_usage=departed,
+            topology=self.topologies.get(node),
         )
 
     def apply_many(self, nodes=(), pods=(), reservations=(), initial: bool = True) -> None:
@@ -413,5 +431,6 @@ class ClusterState:
             "pods": len(self.pods),
             "assumed": len(self.assumed),
             "reservations": len(self.reservations),
+            "topologies": len(self.topologies),
             "profiles": len(self.profiles),
         }

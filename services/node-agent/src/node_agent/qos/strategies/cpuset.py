@@ -6,36 +6,13 @@ import functools
 import itertools
 import operator
 
+from koordcommon.cpus import format_cpuset, parse_cpuset
+
 from ..model import Processor
 
+__all__ = ["format_cpuset", "parse_cpuset", "pick_cpus", "synthetic_topology"]
+
 _CORE_CPU = operator.attrgetter("core", "cpu")
-
-
-def parse_cpuset(text: str) -> list[int]:
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        a, b = int(lo), int(hi) if sep else int(lo)
-        if b < a:
-            raise ValueError(f"bad cpu range {part!r}")
-        out.update(range(a, b + 1))
-    return sorted(out)
-
-
-def format_cpuset(cpus) -> str:
-    """Canonical range form: `2-4`, `0,4-5`."""
-    cpus = sorted(set(cpus))
-    parts, i = [], 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 def synthetic_topology(cores: int) -> list[Processor]:

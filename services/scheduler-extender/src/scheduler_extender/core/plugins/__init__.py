@@ -14,6 +14,7 @@ from typing import Any
 from ..framework import Plugin
 from .known import NodeKnown
 from .loadaware import LoadAware, LoadAwareArgs
+from .numa import NodeNUMAResource, NUMAResourceArgs
 from .reservation import Reservation
 from .tierfit import BatchMidFit
 
@@ -22,12 +23,14 @@ FACTORIES: dict[str, Callable[[Any], Plugin]] = {
     NodeKnown.name: lambda cfg: NodeKnown(cfg.fail_unknown_nodes),
     LoadAware.name: lambda cfg: LoadAware(cfg.load),
     BatchMidFit.name: lambda cfg: BatchMidFit(),
+    NodeNUMAResource.name: lambda cfg: NodeNUMAResource(cfg.numa),
     Reservation.name: lambda cfg: Reservation(),
 }
 
 # kube-scheduler reports a node's first failing plugin: unknown names first (nothing else can
-# judge them), then load, then capacity, then reservations (the costliest, per node).
-DEFAULT_ORDER = (NodeKnown.name, LoadAware.name, BatchMidFit.name, Reservation.name)
+# judge them), then load, then capacity, then exclusive CPUs (only LSE / LSR pods pay for it),
+# then reservations (the costliest, per node).
+DEFAULT_ORDER = (NodeKnown.name, LoadAware.name, BatchMidFit.name, NodeNUMAResource.name, Reservation.name)
 
 
 def build(names: Sequence[str], config: Any, weights: dict[str, int] | None = None) -> list[Plugin]:
@@ -44,4 +47,4 @@ def build(names: Sequence[str], config: Any, weights: dict[str, int] | None = No
     return plugins
 
 
-__all__ = ["DEFAULT_ORDER", "FACTORIES", "LoadAwareArgs", "build"]
+__all__ = ["DEFAULT_ORDER", "FACTORIES", "LoadAwareArgs", "NUMAResourceArgs", "build"]
