@@ -45,6 +45,7 @@ from koordsim.spec import SimClock, SimSpec
 
 from .config import ConfigError, WhatIfConfig
 from .ledger import Ledger
+from .observation import NodeTick, ledger_row
 
 Progress = Callable[[int, int], None]  # (ticks done, ticks in all)
 
@@ -228,35 +229,20 @@ class Replay:
             self.descheduler.metrics[msg.node] = msg
 
     def _observe(self, t_ms: int, batch_uids: dict[str, str]) -> None:
-        n = len(self.nodes)
-        v = {s: np.zeros(n) for s in Ledger.SERIES}
-        v["suppress_pct"] = self.suppress_pct
+        """The ledger's row of this minute, by the rule both modes record by (observation.py)."""
         rounds = self.agent.last_rounds
         state_nodes = self.cluster.state.nodes
-        for i, node in enumerate(self.nodes):
-            status = state_nodes[node.name].allocatable
-            v["batch_alloc_cpu"][i] = status.get(self.batch_cpu_name, 0)
-            v["batch_alloc_mem"][i] = status.get(self.batch_mem_name, 0)
+        ticks = []
+        for node in self.nodes:
             r = rounds.get(node.name)
-            if r is None:
-                continue
-            asked = self._asked.get(node.name, {})
-            for uid, (cpu, mem) in r.pods.items():
-                if math.isnan(cpu):
-                    continue
-                key = batch_uids.get(uid)
-                if key is None:
-                    v["online_cpu"][i] += cpu
-                    v["online_mem"][i] += mem
-                else:
-                    v["batch_cpu"][i] += cpu
-                    v["batch_mem"][i] += mem
-                    v["batch_cpu_asked"][i] += asked.get(uid, cpu)
-                    self.jobs.ran(key, cpu * self.tick_s * 1000)
-            # what the node ran besides its pods (system) counts with the online load
-            system = r.node[0] - sum(c for c, _ in r.pods.values() if not math.isnan(c))
-            v["online_cpu"][i] += max(system, 0.0)
-        self.ledger.observe(t_ms, v)
+            ticks.append(NodeTick(
+                allocatable=state_nodes[node.name].allocatable,
+                node_cpu=None if r is None else r.node[0],
+                pods={} if r is None else r.pods,
+                asked=self._asked.get(node.name, {}),
+            ))  # fmt: skip
+        ran = self.jobs.ran if self.jobs is not None else None
+        self.ledger.observe(t_ms, ledger_row(ticks, batch_uids, self.suppress_pct, ran, self.tick_s))
 
     # ------------------------------------------------------------------ the run
 
