@@ -35,7 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from koordcommon import resources as rn
 from koordcommon.records import NodeRecord
 from koordcommon.schemas import NodeMetric, NodeResource, NodeSLO
 from koordsim import jobs
@@ -156,7 +155,6 @@ class Replay:
             self.descheduler = Descheduler(args, self.cluster, None, clock=clock.now_s, rate_clock=clock.now_s,
                                            sleep=_no_wait)
         self.jobs = jobs.BatchDriver(self.cluster, self.spec) if self.cfg.colocation else None
-        self.batch_cpu_name, self.batch_mem_name = rn.batch_cpu(), rn.batch_memory()
         self._asked: dict[str, dict[str, float]] = {}
         await self.cluster.settle()
         self.ledger = Ledger(
