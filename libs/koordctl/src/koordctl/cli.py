@@ -193,12 +193,13 @@ def up(
     check: bool = typer.Option(False, help="exit non-zero unless every end-to-end check passes"),
     data_dir: Path | None = typer.Option(None, help="where SQLite files and logs go (default: a temp dir)"),
     nats_url: str | None = typer.Option(None, envvar="NATS_URL", help="use this NATS server (else start one)"),
+    agent_shards: int = typer.Option(0, min=0, help="sim node-agent processes (0: one per 2,000 nodes)"),
 ):
     """Start NATS (if needed), the sim cluster and all six services; show a live summary."""
     from .demo import Demo
 
     logging.getLogger().setLevel(min(logging.getLogger().level, logging.WARNING))
-    plan = DemoPlan(nodes=nodes, data_dir=data_dir, nats_url=nats_url)
+    plan = DemoPlan(nodes=nodes, data_dir=data_dir, nats_url=nats_url, agent_shards=agent_shards)
     demo = Demo(plan, console)
     try:
         ok = asyncio.run(demo.run(duration or None, check))

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -51,6 +52,34 @@ SERVICES: tuple[ServiceDef, ...] = (
     ServiceDef("recommender", "recommender", "KOORD_RECOMMENDER_"),
 )
 
+# Sim node-agent processes: one per this many simulated nodes. A process's collection round over
+# its nodes must stay well inside the 1 s collect interval, QoS round and publishing included
+# (bench/scale.py measures the per node-second cost).
+NODES_PER_AGENT_PROCESS = 2000
+
+
+def agent_processes(nodes: int, requested: int = 0) -> int:
+    """How many sim node-agent processes drive `nodes` simulated nodes (`requested` when given)."""
+    return max(1, requested or math.ceil(nodes / NODES_PER_AGENT_PROCESS))
+
+
+def sharded(services: tuple[ServiceDef, ...], shards: int) -> tuple[ServiceDef, ...]:
+    """The sim node agent split into `shards` processes, each driving the nodes of its shard
+    (KOORD_AGENT_SHARD i/n: a stable hash of the node name); other services as they are. A
+    node-agent definition that already says which nodes it drives is left alone."""
+    if shards <= 1:
+        return services
+    out: list[ServiceDef] = []
+    for spec in services:
+        own = {k for k, _ in spec.env}
+        if spec.module != "node_agent" or own & {"KOORD_AGENT_SHARD", "KOORD_AGENT_NODES"}:
+            out.append(spec)
+            continue
+        out += [ServiceDef(f"{spec.name}-{i}", spec.module, spec.env_prefix, (*spec.env, ("KOORD_AGENT_SHARD", f"{i}/{shards}")))
+                for i in range(shards)]  # fmt: skip
+    return tuple(out)
+
+
 # Colocation is off by default in Koordinator; the demo turns it on, with QoS protection.
 DEMO_SLO_CONFIG = {
     # Mid capacity normally comes from prod pods' predicted peaks, which need a day of history
@@ -89,6 +118,11 @@ class DemoPlan:
     private_nats: bool = False  # run a private NATS server even when one answers at NATS_URL
     slo_config: dict[str, str] = field(default_factory=lambda: dict(DEMO_SLO_CONFIG))  # the ConfigMap's data
     record_state: bool = True  # write state.json for `koordctl status` (a replay's services are not the demo)
+    agent_shards: int = 0  # sim node-agent processes; 0: one per NODES_PER_AGENT_PROCESS nodes
+
+    def processes(self) -> tuple[ServiceDef, ...]:
+        """Every process to start: the services, the sim node agent split across its shards."""
+        return sharded(self.services, agent_processes(self.nodes, self.agent_shards))
 
 
 def identity_of(spec: ServiceDef) -> str:
@@ -243,9 +277,10 @@ class Launcher:
         return env
 
     def start_services(self) -> list[RunningService]:
-        ports = {s.name: free_port() for s in self.plan.services}
+        processes = self.plan.processes()
+        ports = {s.name: free_port() for s in processes}
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-        for spec in self.plan.services:
+        for spec in processes:
             self.running.append(self._spawn(spec, ports[spec.name], urls))
         if self.plan.record_state:
             self.write_state()
