@@ -189,21 +189,32 @@ def plots(runs: Sequence[ConfigRun], doc: dict[str, Any], out: Path) -> dict[str
     paths: dict[str, Path] = {}
     base = next((r for r in runs if r.summary["baseline"]), None)
     others = [r for r in runs if not r.summary["baseline"]]
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for r in others:
+    fig, ax = plt.subplots(figsize=(11, 6))
+    top = 1.0
+    colours = plt.get_cmap("tab10")
+    for i, r in enumerate(others):
         x = r.summary["online_risk"]["node_minutes_over_risk_threshold"]
-        y = r.summary["reclaimed_cpu_pct"]["mean"]
+        offered = r.summary["reclaimed_cpu_pct"]["mean"]
+        used = r.summary["batch_cpu_used_pct"]
+        top = max(top, offered, used)
         star = r.name == doc["recommended"]
-        ax.scatter([x], [y], s=80 if star else 40, marker="*" if star else "o", zorder=3)
-        ax.annotate(r.name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        c = colours(i % 10)
+        # offered (filled) and used (hollow) on one vertical: the gap is capacity batch could not use
+        ax.plot([x, x], [used, offered], color=c, lw=1, alpha=0.6)
+        ax.scatter([x], [offered], s=140 if star else 50, marker="*" if star else "o", color=c, zorder=3,
+                   label=f"{i + 1}. {r.name}" + ("  (recommended)" if star else ""))
+        ax.scatter([x], [used], s=40, marker="o", facecolors="none", edgecolors=[c], zorder=3)
+        ax.annotate(str(i + 1), (x, offered), textcoords="offset points", xytext=(6, 3), fontsize=8)
     if base is not None:
         ax.axvline(base.summary["online_risk"]["node_minutes_over_risk_threshold"], color="grey", ls="--",
                    label="online alone (no colocation)")
-        ax.legend(loc="lower right", fontsize=8)
-    ax.set_xlabel(f"online risk: node-minutes above {RISK_THRESHOLD_PCT:g} % CPU")
-    ax.set_ylabel("reclaimed: batch CPU allocatable, % of node CPU (mean)")
-    ax.set_title("Reclaimed capacity against risk, per configuration")
+    ax.set_ylim(0, top * 1.15)
+    ax.ticklabel_format(axis="both", useOffset=False, style="plain")
+    ax.set_xlabel(f"online risk: node-minutes above {RISK_THRESHOLD_PCT:g} % CPU (left is safer)")
+    ax.set_ylabel("% of node CPU: batch allocatable offered (filled), batch used (hollow)")
+    ax.set_title("Reclaimed capacity against online risk, per configuration")
     ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     paths["tradeoff_png"] = out / "reclaimed-vs-risk.png"
     fig.savefig(paths["tradeoff_png"], dpi=120)
