@@ -272,3 +272,31 @@ def test_traces_reports_a_koord_trace_dir_that_is_no_folder(monkeypatch, tmp_pat
     monkeypatch.setenv("KOORD_TRACE_DIR", str(tmp_path))  # a folder without the datasets: each is absent
     data = json.loads(run("traces", "-o", "json").output)
     assert data["in_use"]["kind"] == "full" and all(d["full"]["files"] == 0 for d in data["datasets"])
+
+
+@pytest.mark.parametrize("text,owner", [("10001", (10001, 10001)), ("10001:20", (10001, 20)), ("0:0", (0, 0)),
+                                        ("koord", None), ("10001:koord", None), (":20", None), ("-1", None)])
+def test_secure_init_owner_is_numeric_uid_and_gid(text, owner, tmp_path):
+    from koordctl.secure import parse_owner
+
+    if owner is None:
+        with pytest.raises(ValueError):
+            parse_owner(text)
+        result = runner.invoke(app, ["secure-init", "--out", str(tmp_path / "s"), "--owner", text])
+        assert result.exit_code == 2 and "--owner" in result.output
+        assert not (tmp_path / "s").exists(), "nothing written before the options are checked"
+    else:
+        assert parse_owner(text) == owner
+
+
+def test_secure_init_hands_every_file_to_the_owner_and_keeps_the_set(tmp_path):
+    out = tmp_path / "s"
+    me = f"{os.getuid()}:{os.getgid()}"
+    assert run("secure-init", "--out", str(out), "--owner", me).exit_code == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert {"nats-server.conf", "ca.crt", "api-token", "metrics-collector.nk", "sim-driver.nk"} <= set(files)
+    assert all((p.stat().st_uid, p.stat().st_gid) == (os.getuid(), os.getgid()) for p in [out, *out.iterdir()])
+    assert all(p.stat().st_mode & 0o077 == 0 for p in out.iterdir() if p.suffix in (".nk", ".key") or p.name == "api-token")
+    token = (out / "api-token").read_text()
+    assert "kept" in run("secure-init", "--out", str(out), "--owner", me).output
+    assert (out / "api-token").read_text() == token, "a second start keeps the credentials the clients hold"

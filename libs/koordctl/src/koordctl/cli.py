@@ -239,16 +239,23 @@ def secure_init(
     store_dir: str = typer.Option("", help="JetStream store directory of the server"),
     sim: bool = typer.Option(True, help="the installation runs on the simulated cluster"),
     keep: bool = typer.Option(True, help="leave an existing set of secrets as it is"),
+    owner: str = typer.Option("", help="UID[:GID] the files are handed to (compose: the services' user)"),
 ):
     """Write an installation's credentials: an nkey seed per service, a CA and the NATS server's
     certificate, the server configuration with every service's permissions, the API token."""
-    from .secure import init_secrets
+    from .secure import hand_over, init_secrets, parse_owner
 
+    try:
+        uid, gid = parse_owner(owner) if owner else (None, None)
+    except ValueError as exc:
+        raise _fail(f"--owner: {exc}", 2) from None
     if keep and (out / "nats-server.conf").exists():
         typer.echo(f"{out}: secrets exist, kept")
-        return
-    secrets = init_secrets(out, namespace, sim, tuple(host), store_dir or None, mounted_at or None)
-    typer.echo(f"wrote {secrets.dir}: nats-server.conf, ca.crt, nats-server.crt/.key, <service>.nk, api-token")
+    else:
+        secrets = init_secrets(out, namespace, sim, tuple(host), store_dir or None, mounted_at or None)
+        typer.echo(f"wrote {secrets.dir}: nats-server.conf, ca.crt, nats-server.crt/.key, <service>.nk, api-token")
+    if uid is not None:
+        hand_over(out, uid, gid)
 
 
 def trace_inventory() -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -10,6 +10,7 @@ Helm chart's `nats.auth` values.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,3 +80,19 @@ def init_secrets(
     token = out_dir / "api-token"
     write_secret(token, (natsauth.token_urlsafe() + "\n").encode())
     return Secrets(out_dir, ca_file, server.cert, server.key, nats_config, token)
+
+
+def parse_owner(text: str) -> tuple[int, int]:
+    """`UID` or `UID:GID` (numeric: the user of the images, which the writing container may not
+    know by name); GID defaults to UID."""
+    uid, _, gid = text.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        raise ValueError(f"give a numeric UID or UID:GID, not {text!r}")
+    return int(uid), int(gid or uid)
+
+
+def hand_over(out_dir: Path, uid: int, gid: int) -> None:
+    """Give the directory and every file in it to uid:gid, modes unchanged (0700 / 0600): the
+    services read their seeds and the token as that user, the NATS server as root."""
+    for path in (out_dir, *sorted(out_dir.iterdir())):
+        os.chown(path, uid, gid)
