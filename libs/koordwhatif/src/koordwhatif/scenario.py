@@ -21,7 +21,7 @@ from koordsim.spec import SimSpec
 # 2018-01-01T00:00:00Z: trace second 0 (the Alibaba 2018 trace's own clock starts at 0)
 START_MS = 1_514_764_800_000
 BATCH_POD_CPU_MILLI = 4000
-MIN_MAX_PENDING, PENDING_PER_NODE = 200, 20
+MIN_MAX_PENDING, PENDING_PER_NODE, MAX_MAX_PENDING = 200, 20, 2000
 MACHINE_MEMORY_GIB = 384  # the 2018 trace normalises memory; 4 GiB per core is assumed
 
 
@@ -80,5 +80,6 @@ def spec_for(
     else:
         raise ScenarioError(f"unknown trace {trace!r}: alibaba2018, bitbrains or history")
     # what the batch framework asks the cluster for at once; the rest waits in its own queue
-    spec = spec.model_copy(update={"batch_max_pending": max(MIN_MAX_PENDING, PENDING_PER_NODE * spec.nodes)})
+    pending = min(max(MIN_MAX_PENDING, PENDING_PER_NODE * spec.nodes), MAX_MAX_PENDING)
+    spec = spec.model_copy(update={"batch_max_pending": pending})
     return spec, {"title": title, "trace": trace, "traces": source.describe(), "spec": spec.model_dump()}
