@@ -57,6 +57,8 @@ async def test_cfs_quota_suppress_and_batch_resources_on_a_fake_tree(fake_tree, 
     be_dir = layout.qos_dir("BestEffort")
 
     def seed_cpu_files():
+        for rel in dirs["web"]:  # every cgroup has its cpuset (the cpuset allocator sets the share pool)
+            tree.write(rel, "cpuset", "cpuset.cpus", "\n")
         for rel in [be_dir, *dirs["job"]]:
             tree.write(rel, "cpuset", "cpuset.cpus", "\n")
             if tree.version == "v2":
@@ -108,6 +110,8 @@ async def test_cfs_quota_suppress_and_batch_resources_on_a_fake_tree(fake_tree, 
     assert manager.nodes["n1"].executor.unsupported == set()
     full = [p.cpu for p in manager.nodes["n1"].processors]
     assert text(be_dir, "cpuset.cpus", "cpuset.cpus") == format_cpuset(full)
+    # the unlabelled Burstable pod runs in the share pool: every CPU, none being bound or reserved
+    assert text(dirs["web"][1], "cpuset.cpus", "cpuset.cpus") == format_cpuset(full)
 
 
 async def test_node_facts_host_apps_and_kubelet_pins_reach_qos_and_the_node_metric(fake_tree, tmp_path):

@@ -6,7 +6,7 @@ from koordcommon import subjects
 from koordcommon.bus import Bus
 from koordcommon.schemas import Message
 
-STREAMS = (subjects.METRICS_STREAM, subjects.NODEMETRIC_STREAM, subjects.EVENTS_STREAM)
+STREAMS = (subjects.METRICS_STREAM, subjects.NODEMETRIC_STREAM, subjects.NODETOPOLOGY_STREAM, subjects.EVENTS_STREAM)
 
 
 def publisher(bus: Bus):

@@ -57,13 +57,36 @@ async def run(svc: Service) -> None:
         svc.on_shutdown(cluster.close)
     svc.health.add_check("collecting", lambda: agent.last_round_ms is not None)
 
+    manager = None
     if settings.qos_enabled:
         from .qos.manager import attach_qos
 
         manager = await attach_qos(agent, bus, settings, cluster)
         svc.on_shutdown(manager.stop)
+    if settings.publish_topology:
+        agent.on_round.append(topology_publisher(settings, agent, publish).on_round)
+    if settings.mode == "real" and settings.cri_proxy_socket:
+        from .runtimehooks.node import start_proxy
+
+        proxy = await start_proxy(settings, agent, manager)
+        svc.on_shutdown(proxy.stop)
     svc.mark_started()
     await agent.run(svc.stopping)
+
+
+def topology_publisher(settings: AgentSettings, agent, publish):
+    """Each node's CPU topology and pools on the bus: a simulated node's as its QoS has them, a
+    real node's from sysfs and the kubelet's CPU manager checkpoint."""
+    from .topology_report import TopologyPublisher, simulated_topology
+
+    if settings.mode == "sim":
+        return TopologyPublisher(agent, publish, simulated_topology)
+    from .qos.strategies.cpuset import synthetic_topology
+    from .qos.topology import CheckpointFile, read_topology
+
+    processors = read_topology("/sys") or synthetic_topology(agent.proc.cpu_count())
+    return TopologyPublisher(agent, publish, lambda node, capacity: processors,
+                             CheckpointFile(settings.kubelet_cpu_manager_state))
 
 
 def main(argv: list[str] | None = None) -> None:

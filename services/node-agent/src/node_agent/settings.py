@@ -40,6 +40,13 @@ class AgentSettings(ServiceSettings):
     qos_enabled: bool = True
     qos_dry_run: bool = False
     evict_rate_per_s: float = Field(1.0, gt=0)
+    # CPU orchestration: the node's CPU topology and pools on the bus (the extender allocates from them)
+    publish_topology: bool = True
+    # real mode: the CRI proxy kubelet points at (its --container-runtime-endpoint); "" = no proxy.
+    # The runtime hooks run on its calls before they reach the runtime at cri_runtime_endpoint.
+    cri_proxy_socket: str = ""
+    cri_runtime_endpoint: str = "/run/containerd/containerd.sock"
+    runtime_hook_timeout_s: float = Field(1.0, gt=0, description="a hook slower than this is skipped (Ignore)")
 
     @field_validator("shard")
     @classmethod

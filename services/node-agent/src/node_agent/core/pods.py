@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from koordcommon import resources as rn
+from koordcommon.cpus import ANNOTATION_RESOURCE_STATUS, parse_resource_status
 from koordcommon.model import (
     DEFAULT_PRIORITY_VALUE,
     LABEL_QOS_CLASS,
@@ -17,19 +17,15 @@ from koordcommon.model import (
 from koordcommon.records import PodRecord
 from koordcommon.resources import ZERO, Resources
 
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 LABEL_EVICTION_ENABLED = "koordinator.sh/eviction-enabled"  # "true": CPUEvict / MemoryEvict / *AllocatableEvict may pick it
+ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"  # batch resources per container
+# the annotations kept beside the koordinator.sh/ ones: the scheduler's allocation and the batch spec
+KEPT_ANNOTATIONS = frozenset({ANNOTATION_RESOURCE_STATUS, ANNOTATION_EXTENDED_RESOURCE_SPEC})
 
 
 def _bound_cpuset(annotations: dict[str, str]) -> str:
-    raw = annotations.get(ANNOTATION_RESOURCE_STATUS)
-    if not raw:
-        return ""
-    try:
-        value = json.loads(raw).get("cpuset", "")
-    except (ValueError, AttributeError):
-        return ""
-    return value if isinstance(value, str) else ""
+    status = parse_resource_status(annotations.get(ANNOTATION_RESOURCE_STATUS))
+    return status.cpuset if status is not None else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +98,8 @@ class PodInfo:
             qos_label=parse_qos_class(pod.labels.get(LABEL_QOS_CLASS)) is not QoSClass.NONE,
             evict_enabled=pod.labels.get(LABEL_EVICTION_ENABLED) == "true",
             sub_priority=pod.sub_priority,
-            annotations=tuple(sorted((k, v) for k, v in pod.annotations.items() if k.startswith("koordinator.sh/"))),
+            annotations=tuple(sorted((k, v) for k, v in pod.annotations.items()
+                                     if k.startswith("koordinator.sh/") or k in KEPT_ANNOTATIONS)),
         )
 
     def annotation(self, key: str) -> str | None:

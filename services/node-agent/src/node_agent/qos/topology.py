@@ -9,6 +9,7 @@ from pathlib import Path
 from koordcommon.resources import Resources
 from koordcommon.schemas import NUMAZone
 
+from ..hosttopology import read_cpu_topology
 from .model import Processor
 from .strategies.cpuset import parse_cpuset
 
@@ -16,24 +17,8 @@ _MEM_TOTAL = re.compile(r"MemTotal:\s+(\d+)\s*kB")
 
 
 def read_topology(sys_root: str | Path = "/sys") -> list[Processor]:
-    base = Path(sys_root) / "devices/system/cpu"
-    node_of: dict[int, int] = {}
-    for node_dir in sorted((Path(sys_root) / "devices/system/node").glob("node[0-9]*")):
-        try:
-            for cpu in parse_cpuset((node_dir / "cpulist").read_text()):
-                node_of[cpu] = int(node_dir.name[4:])
-        except (OSError, ValueError):
-            continue
-    out = []
-    for d in sorted(base.glob("cpu[0-9]*"), key=lambda p: int(p.name[3:])):
-        cpu = int(d.name[3:])
-        try:
-            core = int((d / "topology/core_id").read_text())
-            socket = int((d / "topology/physical_package_id").read_text())
-        except (OSError, ValueError):
-            core, socket = cpu, 0
-        out.append(Processor(cpu, core, socket, node_of.get(cpu, 0)))
-    return out
+    """The logical CPUs (node-wide core ids, see hosttopology) as the QoS strategies take them."""
+    return [Processor(c.id, c.core, c.socket, c.node) for c in read_cpu_topology(sys_root).cpus]
 
 
 def read_numa_zones(sys_root: str | Path = "/sys") -> list[NUMAZone]:
