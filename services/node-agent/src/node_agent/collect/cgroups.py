@@ -2,23 +2,35 @@
 util/system/cgroup_driver.go, cgroup_parent_utils.go, resourceexecutor/reader.go).
 
 Every path is built from validated ids below a configurable root, so tests run against a
-fake tree in a temp dir and nothing an id says can reach outside the root.
+fake tree in a temp dir and nothing an id says can reach outside the root: a pod uid or
+container id that is not a plain name (`..`, `/`, NUL, a newline, an absolute path), or a dir or
+file that resolves outside the root through a symlink, is refused with CgroupPathError, counted
+(`koord_agent_cgroup_refused_total{what}`) and logged once per value.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from koordcommon.model import KubeQoS
+from prometheus_client import Counter
+
+log = logging.getLogger(__name__)
+
+REFUSED = Counter("koord_agent_cgroup_refused_total",
+                  "Pod uids, container ids, dirs and files refused because they would leave the cgroup root",
+                  ["what"])  # fmt: skip
 
 V1 = "v1"
 V2 = "v2"
 CGROUPFS = "cgroupfs"
 SYSTEMD = "systemd"
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,253}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,253}")
+_FILE = re.compile(r"[a-z][a-z0-9_.]{0,63}")  # cpu.max, memory.limit_in_bytes, cpu.bvt_warp_ns
 # container runtime -> systemd scope prefix
 _SCOPE_PREFIX = {"docker": "docker-", "containerd": "cri-containerd-", "cri-o": "crio-", "pouch": "pouch-"}
 _SCOPE = re.compile(r"^(?:docker|cri-containerd|crio|pouch)-([0-9a-fA-F]+)\.scope$")
@@ -45,9 +57,32 @@ class CgroupFormatError(ValueError):
     pass
 
 
+# Refused values already logged: the same pod is seen again every round, the log says it once.
+_LOGGED: set[tuple[str, str]] = set()
+_LOGGED_MAX = 4096
+
+
+def refused(what: str, value: object, message: str) -> CgroupPathError:
+    """The error for a refused id or path (`what`: pod uid, container id, dir, file), counted
+    every time and logged the first time this value is refused."""
+    REFUSED.labels(what).inc()
+    key = (what, repr(value))
+    if key not in _LOGGED:
+        if len(_LOGGED) >= _LOGGED_MAX:
+            _LOGGED.clear()
+        _LOGGED.add(key)
+        log.error("cgroup path refused", extra={"what": what, "value": repr(value)[:300], "reason": message})
+    return CgroupPathError(message)
+
+
+def is_id(value: object) -> bool:
+    """A plain name fit for one path component (fullmatch: `$` would let a trailing newline through)."""
+    return isinstance(value, str) and _ID.fullmatch(value) is not None and ".." not in value
+
+
 def validate_id(value: str, what: str = "id") -> str:
-    if not isinstance(value, str) or not _ID.match(value) or ".." in value:
-        raise CgroupPathError(f"invalid {what} {value!r} for a cgroup path")
+    if not is_id(value):
+        raise refused(what, value, f"invalid {what} {value!r} for a cgroup path")
     return value
 
 
@@ -108,11 +143,12 @@ class CgroupLayout:
         runtime, sep, cid = container_id.partition("://")
         if not sep:
             runtime, cid = "containerd", container_id
-        validate_id(cid, "container id")
+        if not is_id(cid):
+            raise refused("container id", container_id, f"invalid container id {container_id!r} for a cgroup path")
         if self.driver == SYSTEMD:
             prefix = _SCOPE_PREFIX.get(runtime)
             if prefix is None:
-                raise CgroupPathError(f"unknown container runtime {runtime!r}")
+                raise refused("container id", container_id, f"unknown container runtime {runtime!r}")
             return f"{pod_dir}/{prefix}{cid}.scope"
         return f"{pod_dir}/{cid}"
 
@@ -123,24 +159,27 @@ class CgroupLayout:
         return self._confined(base, rel)
 
     def file_path(self, rel: str, filename: str) -> Path:
-        if "/" in filename or filename.startswith("."):
-            raise CgroupPathError(f"invalid cgroup file name {filename!r}")
-        return self.dir_path(rel, subsystem_of(filename)) / filename
+        """The file `filename` of the dir `rel`, itself checked: a file that is a symlink out of
+        the root is refused as its dir would be."""
+        if not _FILE.fullmatch(filename):
+            raise refused("file", filename, f"invalid cgroup file name {filename!r}")
+        base = self.root if self.version == V2 else self.root / subsystem_of(filename)
+        return self._confined(base, f"{rel}/{filename}", "file")
 
-    def _confined(self, base: Path, rel: str) -> Path:
+    def _confined(self, base: Path, rel: str, what: str = "dir") -> Path:
         key = (base, rel)
         hit = _CONFINED.get(key)
         if hit is not None:
             return hit
         parts = [p for p in rel.split("/") if p]
-        if any(p in (".", "..") for p in parts) or rel.startswith("/"):
-            raise CgroupPathError(f"cgroup dir {rel!r} leaves the root")
+        if any(p in (".", "..") or "\0" in p for p in parts) or rel.startswith("/"):
+            raise refused(what, rel, f"cgroup {what} {rel!r} leaves the root")
         path = base.joinpath(*parts)
         root = self.root.resolve()
         try:
             path.resolve().relative_to(root)
         except ValueError:
-            raise CgroupPathError(f"cgroup dir {rel!r} resolves outside {root}") from None
+            raise refused(what, rel, f"cgroup {what} {rel!r} resolves outside {root}") from None
         if path.exists():  # only settled dirs are remembered (a missing one may appear as a symlink)
             if len(_CONFINED) >= _CONFINED_MAX:
                 _CONFINED.clear()
@@ -160,7 +199,7 @@ class CgroupLayout:
                 m = _SCOPE.match(name)
                 if m:
                     out.append((m.group(1), f"{pod_rel}/{name}"))
-            elif _ID.match(name):
+            elif _ID.fullmatch(name):
                 out.append((name, f"{pod_rel}/{name}"))
         return out
 

@@ -46,7 +46,10 @@ class RealCollector:
                 pair = self._usage(("pod", pod.uid), pod_rel, t_ns)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # cgroup gone (pod just left) or not created yet
-            except (CgroupPathError, CgroupFormatError, ValueError, OSError) as exc:
+            except CgroupPathError:  # counted and logged once where it was refused
+                self.errors += 1
+                continue
+            except (CgroupFormatError, ValueError, OSError) as exc:
                 self.errors += 1
                 log.warning("pod cgroup unreadable", extra={"pod": pod.uid, "error": str(exc)})
                 continue

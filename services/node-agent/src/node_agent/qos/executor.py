@@ -133,10 +133,8 @@ class Executor:
                 change = None if current == str(w.value) else (current or "", str(w.value))
             else:
                 change = self.files.write(w.rel, w.resource, w.value)
-        except CgroupPathError as exc:
-            count("refused")
-            log.error("cgroup write outside the root refused", extra={"dir": w.rel, "file": w.resource,
-                                                                      "error": str(exc)})
+        except CgroupPathError:
+            count("refused")  # and logged once, where it was refused (collect.cgroups.refused)
             return True
         except UnsupportedFile:
             count("unsupported")

@@ -9,9 +9,11 @@ the file's own text, so a write happens only when the file would change.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
-from ..collect.cgroups import V1, CgroupLayout
+from ..collect.cgroups import V1, CgroupLayout, CgroupPathError, refused
 from .model import MAX_INT64
 
 V1_UNLIMITED = 1 << 62  # v1 reports "unlimited" as a page-rounded huge number
@@ -27,6 +29,35 @@ def shares_to_weight(shares: int) -> int:
 
 def weight_to_shares(weight: int) -> int:
     return (weight - 1) * 262142 // 9999 + 2
+
+
+def _open(path: Path, flags: int) -> int:
+    """O_NOFOLLOW: a file swapped for a symlink after its path was checked is refused (ELOOP),
+    never followed out of the root."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise refused("file", str(path), f"cgroup file {path} is a symlink") from None
+        raise
+
+
+def read_file(path: Path) -> str:
+    fd = _open(path, os.O_RDONLY)
+    try:
+        with os.fdopen(fd, closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def write_file(path: Path, text: str) -> None:
+    """Write an existing cgroup file (no O_CREAT: nothing is created)."""
+    fd = _open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 class CgroupFiles:
@@ -51,8 +82,12 @@ class CgroupFiles:
 
     def read_text(self, rel: str, resource: str) -> str | None:
         try:
-            return self.path(rel, resource).read_text().strip()
+            return read_file(self.path(rel, resource)).strip()
         except (FileNotFoundError, NotADirectoryError):
+            return None
+        except CgroupPathError:
+            # Unknown to the strategies, which plan on; the write is refused too. Raising here
+            # would stop the QoS of the whole node for one pod whose dir leaves the root.
             return None
 
     def read(self, rel: str, resource: str) -> str | None:
@@ -96,11 +131,11 @@ class CgroupFiles:
         path = self.path(rel, resource)
         if not path.exists():
             raise UnsupportedFile(f"{path.name} does not exist in {rel}")
-        old = path.read_text().strip()
+        old = read_file(path).strip()
         new = self.file_text(rel, resource, value)
         if old == new or self.read(rel, resource) == str(value):
             return None
-        path.write_text(new + "\n")
+        write_file(path, new + "\n")
         return old, new
 
 

@@ -9,7 +9,6 @@ Nothing here needs the bus; `NodeQoS.simulated_node` gives a node on in-memory c
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 from pathlib import Path
 
@@ -27,8 +26,6 @@ from .model import HostApp, PodState, Processor, QoSState
 from .nodeinfo import CPUManagerState, host_apps, kubelet_pinned_cpus, node_facts
 from .round import QoSMemory, be_limit, plan_round
 from .strategies.cpuset import format_cpuset, synthetic_topology
-
-log = logging.getLogger(__name__)
 
 
 def _pair(v: tuple[float, float] | None) -> Resources | None:
@@ -73,8 +70,7 @@ class NodeQoS:
             return hit[1]
         try:
             rel = self.layout.pod_dir(pod.uid, pod.kube_qos)
-        except CgroupPathError:
-            log.error("pod uid refused as a cgroup path", extra={"uid": pod.uid, "node": self.node})
+        except CgroupPathError:  # counted and logged where it was refused
             return None
         dirs = (rel, self.container_dirs(pod, rel))
         self._dirs[pod.uid] = (pod, dirs)
