@@ -211,7 +211,7 @@ def main() -> None:
     ap.add_argument("--containers", type=int, default=40, help="workload containers (3 pods each, 8 days at 1/min)")
     ap.add_argument("--breakdown", type=int, default=0, metavar="N", help="print the N largest heap lines per container")
     ap.add_argument("--method-samples", type=int, default=100_000, help="samples per method for its add rate")
-    ap.add_argument("--method-containers", type=int, default=10, help="containers per method for its state size")
+    ap.add_argument("--method-containers", type=int, default=40, help="containers per method for its state size")
     args = ap.parse_args()
 
     rows = update_rates(args.samples)

@@ -65,7 +65,7 @@ FIXED_MARGIN = 0.15
 KNOBS: dict[str, tuple[str, tuple[float, ...], dict[str, float]]] = {
     "vpa": ("target percentile", (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), {"cpu": 0.9, "memory": 0.9}),
     "autopilot-window": ("percentile j", (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99), {"cpu": 0.95, "memory": 0.98}),
-    "autopilot-ml": ("underrun weight w_u", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1), {"cpu": 0.05, "memory": 0.03}),
+    "autopilot-ml": ("underrun weight w_u", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1), {"cpu": 0.07, "memory": 0.03}),
 }
 
 
@@ -409,7 +409,7 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
         return "matplotlib is not installed (pip install 'koord-recommender[eval]'): no plot"
     panels = list(ev.items())
     extra = 1 if example is not None and example.trace is not None else 0
-    fig, axes = plt.subplots(1, len(panels) + extra, figsize=(6.5 * (len(panels) + extra), 5.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels) + extra, figsize=(7.5 * (len(panels) + extra), 5.6), squeeze=False)
     for ax, (res, d) in zip(axes[0], panels):
         for m, sw in d["sweeps"].items():
             pts = sorted(sw["points"], key=lambda p: p["over_rate"])
@@ -422,12 +422,13 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
                 continue
             ax.plot(100 * row["over_rate"], 100 * row["slack"], "*" if p in METHOD_NAMES else "s", ms=11,
                     color=COLORS[p], markeredgecolor="black", label=f"{p} (default)" if p in METHOD_NAMES else p)
-        ax.set_xscale("log")
-        ax.set_xlabel("intervals with usage above the request, % (log)")
+        ax.set_xscale("symlog", linthresh=0.01)  # log above 0.01 %, so that 0 % still shows
+        ax.set_xlabel("intervals with usage above the request, % (log above 0.01)")
         ax.set_ylabel("slack: sum(request - used) / sum(request), %")
         ax.set_title(f"{title} {res}: slack vs over-rate")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=5)
     if extra:
         ax = axes[0][-1]
         tr = example.trace
@@ -444,7 +445,7 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
         ax.set_title(f"{example.name}: CPU cores and each method's request")
         ax.set_xlabel("day")
         ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return f"plot: {path}"
