@@ -44,10 +44,12 @@ def test_the_default_method_and_a_workload_of_its_own():
     assert target(window).target.cpu_milli == int(rec.request.cpu_cores * 1000) != target(vpa).target.cpu_milli
     assert target(window).upper_bound.cpu_milli == int(rec.limit.cpu_cores * 1000)
     # the annotation moves one workload to another method; None takes it back to the default
+    vpa_target = target(vpa)
     vpa.set_method(WL, "autopilot-window")
     assert vpa.method_of(WL) == "autopilot-window" and KEY not in vpa.method_states
     feed(vpa)  # the same samples again are redeliveries: VPA's dedupe drops them, the method too
     assert KEY not in vpa.method_states
+    assert target(vpa) == vpa_target  # a method without samples of its own yet: VPA's stands
     vpa.set_method(WL, None)
     assert vpa.method_of(WL) == "vpa"
     with pytest.raises(ValueError, match="unknown recommender method"):

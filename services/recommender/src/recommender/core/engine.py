@@ -188,9 +188,10 @@ class RecommenderState:
             key = ContainerKey(workload, name)
             st = self.containers[key]
             est = estimate(st, self.estimator, containers_per_pod=len(names))
-            held = self._method_state(key)
-            if held is not None:
-                est = self._method_estimate(held, est, now, len(names))
+            # another method's recommendation once it has samples of its own; until then VPA's
+            held = self.method_states.get(key)
+            if held is not None and held[0] == self.method_of(workload):
+                est = self._method_estimate((self.methods[held[0]], held[1]), est, now, len(names))
             current = None
             if st.cpu_request_cores > 0 or st.memory_request_bytes > 0:
                 current = Estimate(round(st.cpu_request_cores * 1000), int(st.memory_request_bytes))
