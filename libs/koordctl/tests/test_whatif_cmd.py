@@ -48,8 +48,15 @@ def test_whatif_replays_the_variations_and_writes_the_report(tmp_path):
     doc = json.loads((out / "report.json").read_text())
     assert [r["config"]["name"] for r in doc["runs"]] == ["no colocation", "default", "cpuReclaimThresholdPercent=50"]
     assert doc["recommended"] in ("default", "cpuReclaimThresholdPercent=50") and doc["why"]
-    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "reclaimed-vs-risk.png", "hourly-bands.png"}
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "reclaimed-vs-risk.png", "hourly-bands.png", ".runs"}
     assert "| cpuReclaimThresholdPercent=50 |" in res.output and "recommended:" in res.output
+    # run again: every replay is reused from OUT/.runs, the report the same; --fresh replays again
+    again = runner.invoke(app, ["whatif", "--days", "0.05", "--vary", "cpuReclaimThresholdPercent=50",
+                                "--workers", "1", "--out", str(out)])
+    assert again.exit_code == 0 and again.output.count("reused (kept from an earlier run)") == 3
+    assert json.loads((out / "report.json").read_text())["runs"][2]["summary"] == doc["runs"][2]["summary"]
+    fresh = runner.invoke(app, ["whatif", "--days", "0.05", "--workers", "1", "--out", str(out), "--fresh"])
+    assert fresh.exit_code == 0 and "reused" not in fresh.output
 
 
 def test_whatif_refuses_bad_input():

@@ -114,6 +114,8 @@ def register(app: typer.Typer, cli) -> None:
         seed: int = typer.Option(0, help="seed of every modelled draw"),
         workers: int = typer.Option(0, min=0, help="parallel replays (0: one per core)"),
         out: Path = typer.Option(Path("whatif-report"), help="where report.json, report.md and the plots go"),
+        fresh: bool = typer.Option(False, help="replay everything again (by default a replay already kept in "
+                                   "OUT/.runs for the same scenario, configuration and span is reused)"),
         mode: str = typer.Option("fast", help="fast (the services' code in this process, no sleeps) or real (the "
                                  "services as processes over NATS, at --speed)"),
         speed: float = typer.Option(60.0, min=1, help="real mode: simulated seconds per wall second"),
@@ -165,7 +167,8 @@ def register(app: typer.Typer, cli) -> None:
                     typer.echo(f"  {name}: {tenth * 10} % ({time.monotonic() - started:.0f} s)", err=True)
 
             runs = run_sweep(spec, configs, duration_s, workers=workers or None, on_progress=on_progress, mode=mode,
-                             speed=speed)
+                             speed=speed, cache=None if fresh else out / ".runs",
+                             on_cached=lambda name: typer.echo(f"  reused (kept from an earlier run): {name}", err=True))
         paths = write(runs, about, out)
         typer.echo("")
         typer.echo(markdown_table(runs))

@@ -1,18 +1,25 @@
 """A sweep: the baseline and every configuration replayed over the same scenario, side by side.
 
 Configurations are independent replays, so they run in parallel worker processes (one per
-core by default); each reports its ticks to the parent, which draws the progress.
+core by default); each reports its ticks to the parent, which draws the progress. With a cache
+folder a sweep is resumable: each finished replay is kept there under a key of everything that
+decides it (the scenario, the configuration, the span, the tick, the mode and this package's
+version), and a sweep run again replays only what it does not find.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import os
 import queue as queue_mod
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from koordsim.spec import SimSpec
@@ -77,17 +84,71 @@ def run_sweep(
     with_baseline: bool = True,
     mode: str = "fast",
     speed: float | None = None,
+    cache: Path | None = None,
+    on_cached: Callable[[str], None] | None = None,
 ) -> list[ConfigRun]:
     """The baseline (first) and each configuration, in that order. `mode` "real" runs each
-    through the services as processes (one replay at a time: each is a whole system)."""
-    todo = ([baseline()] if with_baseline else []) + list(configs)
+    through the services as processes (one replay at a time: each is a whole system). With
+    `cache`, replays kept there are reused (`on_cached(name)` is told) and new ones kept."""
+    every = ([baseline()] if with_baseline else []) + list(configs)
     spec_doc = spec.resolved(wall_ms=spec.start_ms or 0).model_dump()
+    keys = [_key(spec_doc, cfg, duration_s, tick_s, mode, speed) for cfg in every]
+    found = {i: run for i, k in enumerate(keys) if (run := _load(cache, k)) is not None}
+    for i in found:
+        if on_cached is not None:
+            on_cached(every[i].name)
+    todo = [i for i in range(len(every)) if i not in found]
+    fresh = _replay_all(spec_doc, [every[i] for i in todo], duration_s, tick_s, workers, on_progress, mode, speed,
+                        keep=lambda j, run: _store(cache, keys[todo[j]], run))  # kept as each finishes
+    runs = iter(fresh)
+    return [found[i] if i in found else next(runs) for i in range(len(every))]
+
+
+def _package_version() -> str:
+    try:
+        return version("koordwhatif")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _key(spec_doc: dict, cfg: WhatIfConfig, duration_s: int, tick_s: int, mode: str, speed: float | None) -> str:
+    doc = {"spec": spec_doc, "config": cfg.doc(), "duration_s": duration_s, "tick_s": tick_s, "mode": mode,
+           "speed": speed if mode == "real" else None, "version": _package_version()}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _load(cache: Path | None, key: str) -> ConfigRun | None:
+    if cache is None:
+        return None
+    try:
+        return ConfigRun(**json.loads((cache / f"{key}.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None  # absent, or not a replay this version wrote: replayed again
+
+
+def _store(cache: Path | None, key: str, run: ConfigRun) -> None:
+    if cache is None:
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{key}.tmp"
+    from .report import finite
+
+    tmp.write_text(json.dumps(finite(asdict(run))))
+    tmp.replace(cache / f"{key}.json")  # whole or not at all
+
+
+def _replay_all(spec_doc: dict, todo: list[WhatIfConfig], duration_s: int, tick_s: int, workers: int | None,
+                on_progress, mode: str, speed: float | None,
+                keep: Callable[[int, ConfigRun], None] = lambda _i, _run: None) -> list[ConfigRun]:
+    if not todo:
+        return []
     workers = 1 if mode == "real" else max(1, min(workers or os.cpu_count() or 1, len(todo)))
     if workers == 1:  # in this process: no pickling, tracebacks as they are
         out = []
-        for cfg in todo:
+        for i, cfg in enumerate(todo):
             cb = (lambda d, t, name=cfg.name: on_progress(name, d, t)) if on_progress else None
             out.append(_run_one(spec_doc, cfg, duration_s, tick_s, _Direct(cb) if cb else None, mode, speed))
+            keep(i, out[-1])
         return out
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
     with ctx.Manager() as manager:
@@ -101,10 +162,11 @@ def run_sweep(
                 done = [f for f in pending if f.done()]
                 for f in done:
                     results[futures[f]] = f.result()
+                    keep(futures[f], results[futures[f]])
                     pending.discard(f)
                 if pending:
                     time.sleep(0.2)
-            for f in as_completed(futures):
+            for f in as_completed(futures):  # (all done by now: surfaces a worker's error)
                 results[futures[f]] = f.result()
         _drain(ticks_q, on_progress)
     return [results[i] for i in range(len(todo))]
