@@ -42,6 +42,7 @@ async def retention_loop(svc: Service, store: Store, settings: Settings) -> None
     policy = settings.retention()
     while not svc.stopping.is_set():
         try:
+            await ensure_partitions(store, settings)
             state = await asyncio.to_thread(store.retention_state)
             plan = retention.plan(int(time.time() * 1000), policy, state)
             done = await asyncio.to_thread(store.apply, plan)
@@ -54,6 +55,15 @@ async def retention_loop(svc: Service, store: Store, settings: Settings) -> None
             await asyncio.wait_for(svc.stopping.wait(), settings.retention_interval_s)
         except TimeoutError:
             pass
+
+
+async def ensure_partitions(store: Store, settings: Settings) -> None:
+    created = await asyncio.to_thread(
+        store.ensure_partitions, int(time.time() * 1000), settings.raw_partition_hours * 3_600_000,
+        settings.partitions_ahead,
+    )  # fmt: skip
+    if created:
+        log.info("partitions created", extra={"partitions": created})
 
 
 def build(settings: Settings) -> tuple[Service, Store]:
@@ -80,6 +90,10 @@ async def run(svc: Service, store: Store) -> None:
     svc.health.add_check("consumers", lambda: bool(consumers) and all(c.healthy for c in consumers))
     if not await migrate(svc, store):
         return
+    try:
+        await ensure_partitions(store, settings)  # before the first sample is written
+    except SQLAlchemyError as exc:  # the retention loop tries again; until then rows go to the default partition
+        log.warning("partitions not created", extra={"error": str(exc).splitlines()[0]})
     bus = await start_bus(svc)
     tune_gc()  # one batch of 500 samples allocates ~10^6 short-lived objects
     consumers += await start_consumers(bus, ingest, settings)

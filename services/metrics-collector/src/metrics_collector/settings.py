@@ -32,6 +32,10 @@ class Settings(ServiceSettings):
     hour_retention_days: float = Field(90, gt=0)
     events_retention_days: float = Field(30, gt=0)
     rollup_lag_s: float = Field(300, ge=0)
+    # PostgreSQL: the raw sample tables are partitioned by time, one partition this long, created
+    # this many ahead; retention drops a partition once all its rows are past raw retention.
+    raw_partition_hours: int = Field(1, ge=1, le=24)
+    partitions_ahead: int = Field(3, ge=1, le=48)
     retention_interval_s: float = Field(60, gt=0)
     api_max_page: int = Field(1000, ge=1)
     # the dashboard: the recommender whose recommendations it shows, and how often the page reloads

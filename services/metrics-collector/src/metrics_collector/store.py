@@ -24,6 +24,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from .core import rows as R
 from .core.retention import Plan, Rollup
 from .core.series import Bucket
+from .partition_schema import PARTITIONED_TABLES, create_partitions, drop_partitions_before, is_partitioned
 from .rollup_schema import node_rollup_v1, pod_rollup_v1
 
 log = logging.getLogger("metrics_collector.store")
@@ -316,8 +317,26 @@ class Store:
         for delete in plan.deletes:
             table = metadata.tables[delete.table]
             with self._write_lock, self.engine.begin() as conn:
+                if self.postgres and delete.table in PARTITIONED_TABLES and is_partitioned(conn, delete.table):
+                    # whole partitions past retention are dropped (no DELETE scan, no bloat)
+                    dropped, deleted = drop_partitions_before(conn, delete.table, delete.before)
+                    done[f"drop:{delete.table}"] = len(dropped)
+                    done[f"delete:{delete.table}"] = deleted
+                    continue
                 done[f"delete:{delete.table}"] = conn.execute(sa.delete(table).where(_time(table) < delete.before)).rowcount
         return done
+
+    def ensure_partitions(self, now_ms: int, interval_ms: int, ahead: int) -> list[str]:
+        """PostgreSQL: the partitions of the raw sample tables for the next `ahead` intervals
+        exist (created now when missing); the names of those created. SQLite: nothing to do."""
+        if not self.postgres:
+            return []
+        created: list[str] = []
+        with self._write_lock, self.engine.begin() as conn:
+            for table in PARTITIONED_TABLES:
+                if is_partitioned(conn, table):
+                    created += create_partitions(conn, table, now_ms + ahead * interval_ms, interval_ms, since_ms=now_ms)
+        return created
 
     # ------------------------------------------------------------------ queries
 
