@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import isnan
 
 import numpy as np
 from koordcommon.model import PriorityClass, QoSClass
@@ -147,9 +148,9 @@ class NodeHistory:
     ) -> None:
         apps = {k: v for k, v in host_apps.items() if k in self.host_apps} if host_apps else {}
         values = [*pods.values(), *apps.values()] if apps else pods.values()
-        # x == x is False only for NaN (no value this round), which adds nothing
-        pod_cpu = sum(c for c, _ in values if c == c)
-        pod_mem = sum(m for _, m in values if m == m)
+        # NaN (no value this round) adds nothing
+        pod_cpu = sum(c for c, _ in values if not isnan(c))
+        pod_mem = sum(m for _, m in values if not isnan(m))
         system = (max(node[0] - pod_cpu, 0.0), max(node[1] - pod_mem, 0.0))  # NaN stays NaN
         self.node_ring.push(ts_ms, {NODE: node, SYSTEM: system})
         self.pod_ring.push(ts_ms, pods)
