@@ -150,9 +150,13 @@ class Bus:
         reconnect_wait_s: float = 0.5,
         credentials: BusCredentials | None = None,
         node: str | None = None,
+        stream_replicas: int = 1,
     ) -> None:
-        """`credentials`: the nkey seed and TLS files (natsauth); `node`: the node a node agent
-        speaks for, which names its reply inbox (`subjects.inbox_prefix`)."""
+        """`url`: one server, or a cluster's servers separated by commas (the client fails over
+        between them and learns the others from the cluster); `credentials`: the nkey seed and
+        TLS files (natsauth); `node`: the node a node agent speaks for, which names its reply
+        inbox (`subjects.inbox_prefix`); `stream_replicas`: copies JetStream keeps of every
+        stream and bucket this process declares (3 on a 3-server cluster: one server may fail)."""
         subjects.validate_token(service)
         if namespace:
             subjects.validate_token(namespace)
@@ -164,6 +168,9 @@ class Bus:
         self.instance = instance or f"{socket.gethostname()}-{os.getpid()}"
         self.source = f"{service}/{self.instance}"
         self.publish_timeout_s = publish_timeout_s
+        if stream_replicas < 1:
+            raise ValueError(f"stream_replicas must be at least 1, not {stream_replicas}")
+        self.stream_replicas = stream_replicas
         self.reconnect_wait_s = reconnect_wait_s
         # Starts at the wall clock in microseconds, not 1: a restarted container keeps its
         # hostname and pid 1, and a reused (source, seq) would be dropped as a duplicate.
@@ -204,7 +211,7 @@ class Bus:
         """Connect, retrying forever (or up to timeout_s); later reconnects are automatic."""
         nc = NATS()
         opts: dict[str, Any] = {
-            "servers": [self.url],
+            "servers": [u.strip() for u in self.url.split(",") if u.strip()],
             "name": self.source,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": self.reconnect_wait_s,
@@ -324,6 +331,7 @@ class Bus:
                 max_age=max_age,
                 max_bytes=spec.max_bytes,
                 duplicate_window=dup,
+                num_replicas=self.stream_replicas,
             )
             try:
                 await self.js.add_stream(config)
@@ -337,11 +345,13 @@ class Bus:
             or abs(float(current.max_age or 0) - max_age) > 1e-3
             or (current.max_bytes or -1) != spec.max_bytes
             or abs(float(current.duplicate_window or 0) - dup) > 1e-3
+            or (current.num_replicas or 1) != self.stream_replicas
         )
         if differs:
             await self.js.update_stream(
                 current.evolve(
-                    subjects=wanted_subjects, max_age=max_age, max_bytes=spec.max_bytes, duplicate_window=dup
+                    subjects=wanted_subjects, max_age=max_age, max_bytes=spec.max_bytes, duplicate_window=dup,
+                    num_replicas=self.stream_replicas,
                 )
             )
             log.info("stream updated", extra={"stream": name, "subjects": wanted_subjects})
@@ -705,7 +715,7 @@ class Bus:
             kv = await self.js.key_value(name)
         except nats.js.errors.BucketNotFoundError:
             try:
-                kv = await self.js.create_key_value(bucket=name, history=history)
+                kv = await self.js.create_key_value(bucket=name, history=history, replicas=self.stream_replicas)
             except nats.js.errors.BadRequestError:
                 kv = await self.js.key_value(name)  # created concurrently
         self._kvs[bucket] = kv

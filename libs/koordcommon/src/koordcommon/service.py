@@ -162,9 +162,13 @@ class ServiceSettings(BaseSettings):
         "nats_cert_file": "NATS_CERT_FILE",
         "nats_key_file": "NATS_KEY_FILE",
         "api_token_file": "KOORD_API_TOKEN_FILE",
+        "nats_stream_replicas": "NATS_STREAM_REPLICAS",
     }
 
-    nats_url: str = "nats://127.0.0.1:4222"
+    nats_url: str = Field("nats://127.0.0.1:4222", description="a server, or a cluster's servers separated by commas")
+    # Copies JetStream keeps of the streams and KV buckets a service declares: 3 on a 3-server
+    # cluster, so one server may fail without losing or stopping a stream.
+    nats_stream_replicas: int = Field(1, ge=1, le=5)
     # The bus identity (koordcommon.natsauth): the service's nkey seed file, and TLS: the CA that
     # signed the server's certificate, a client certificate when the server asks for one.
     nats_nkey_seed_file: str = Field("", description="nkey seed file of this service's bus identity; empty = none")

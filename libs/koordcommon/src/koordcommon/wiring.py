@@ -15,7 +15,7 @@ async def start_bus(svc: Service, node: str | None = None) -> Bus:
     readiness follows the connection; drained on exit. `node`: the node a node agent speaks for."""
     settings = svc.settings
     bus = Bus(settings.nats_url, service=svc.name, namespace=settings.bus_namespace,
-              credentials=settings.bus_credentials(), node=node)
+              credentials=settings.bus_credentials(), node=node, stream_replicas=settings.nats_stream_replicas)
     await bus.connect()
     svc.health.add_check("bus", lambda: bus.connected)
     svc.on_shutdown(bus.close)
