@@ -73,7 +73,9 @@ def test_explain_pod_names_services_that_do_not_answer(collector_url, demo_state
     data = json.loads(r.stdout)
     assert data["services"]["scheduler-extender"]["error"].startswith(dead)
     assert "no URL" in data["services"]["descheduler"]["error"]
-    assert data["services"]["metrics-collector"]["decisions"] == []
+    # etl is a BE pod: its node's CPU suppress events explain what held it back
+    assert [(d["kind"], d["action"], d["node"]) for d in data["services"]["metrics-collector"]["decisions"]] == [
+        ("qos", "cpu_suppress", "node-1")]
 
 
 def test_status_with_a_stale_state_file_says_the_demo_is_not_running(demo_state):

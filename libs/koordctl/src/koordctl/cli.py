@@ -590,7 +590,7 @@ def events(
 
 
 history_cmd.register(app, sys.modules[__name__])
-explain_cmd.register(app)
+explain_cmd.register(app, sys.modules[__name__])
 whatif_cmd.register(app, sys.modules[__name__])
 helpfmt.tidy(app)  # last: every command is registered
 

@@ -16,13 +16,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
 import typer
 
 from . import explain_render
 
 explain_app = typer.Typer(help="Why a node offers this much batch; why a pod was filtered, placed or evicted.",
                           no_args_is_help=True)  # fmt: skip
+# koordctl's shared helpers (service URLs, the HTTP client with the API token, output), handed in
+# by `register` so that this module does not import the cli back
+cli: Any = None
 # The services that decide about pods, in the order their answers are shown.
 POD_DECIDERS = ("scheduler-extender", "descheduler", "metrics-collector")
 
@@ -30,14 +32,12 @@ POD_DECIDERS = ("scheduler-extender", "descheduler", "metrics-collector")
 def _since_ms(since: str) -> int:
     from koordcommon.durations import DurationError, parse_duration_ms
 
-    from .cli import _fail
-
     try:
         ms = parse_duration_ms(since)
     except DurationError as exc:
-        raise _fail(f"--since: {exc}", 2) from None
+        raise cli._fail(f"--since: {exc}", 2) from None
     if ms <= 0:
-        raise _fail(f"--since must be positive, not {since!r}", 2)
+        raise cli._fail(f"--since must be positive, not {since!r}", 2)
     return ms
 
 
@@ -52,10 +52,8 @@ def explain_node(
     """The batch formula of each report with its values (capacity, safety margin, system usage,
     HP usage or request per pod, reserved, policy, degrade state, write decision), and what
     moved most since the previous report."""
-    from .cli import HTTP_TIMEOUT_S, _check_output, _print_json, _run, _service_url, get_json
-
-    _check_output(output)
-    url = _service_url("metrics-collector", collector) + f"/api/v1/nodes/{node}/explain"
+    cli._check_output(output)
+    url = cli._service_url("metrics-collector", collector) + f"/api/v1/nodes/{node}/explain"
     if at is not None:
         params: dict[str, Any] = {"at": at}
     else:
@@ -63,12 +61,12 @@ def explain_node(
         params = {"from": now - _since_ms(since), "to": now + 1}
 
     def body():
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
-            return get_json(client, url, params)
+        with cli.http_client() as client:  # the API token when one is configured (reads may be protected)
+            return cli.get_json(client, url, params)
 
-    data = _run(body)
+    data = cli._run(body)
     if output == "json":
-        _print_json(data)
+        cli._print_json(data)
     else:
         typer.echo(explain_render.node_report(data), nl=False)
 
@@ -85,10 +83,8 @@ def split_pod(pod: str, namespace: str) -> tuple[str, str]:
 
 def ask_deciders(urls: dict[str, str], namespace: str, name: str, nodes: int) -> dict[str, Any]:
     """Each deciding service's explanation of the pod; unreachable ones say so."""
-    from .cli import HTTP_TIMEOUT_S, Unreachable, get_json
-
     out: dict[str, Any] = {}
-    with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+    with cli.http_client() as client:
         for service in POD_DECIDERS:
             base = urls.get(service)
             if not base:
@@ -96,8 +92,8 @@ def ask_deciders(urls: dict[str, str], namespace: str, name: str, nodes: int) ->
                 continue
             url = f"{base}/api/v1/explain/pods/{namespace}/{name}"  # the same path on each
             try:
-                out[service] = get_json(client, url, {"nodes": nodes} if service == "scheduler-extender" else None)
-            except Unreachable as exc:
+                out[service] = cli.get_json(client, url, {"nodes": nodes} if service == "scheduler-extender" else None)
+            except cli.Unreachable as exc:
                 out[service] = {"error": f"{exc.url}: {exc.reason}"}
     return out
 
@@ -116,28 +112,29 @@ def explain_pod(
     """Each candidate node's verdict per extender plugin with its numbers (estimated usage vs
     threshold, batch fit, reservation) and the score breakdown; the QoS and descheduler
     decisions about the pod with their inputs."""
-    from .cli import _check_output, _fail, _print_json, _state
-
-    _check_output(output)
+    cli._check_output(output)
     try:
         ns, name = split_pod(pod, namespace)
     except ValueError as exc:
-        raise _fail(str(exc), 2) from None
-    known = (_state().get("services") or {}) if not all((extender, descheduler, collector)) else {}
+        raise cli._fail(str(exc), 2) from None
+    known = (cli._state().get("services") or {}) if not all((extender, descheduler, collector)) else {}
     given = {"scheduler-extender": extender, "descheduler": descheduler, "metrics-collector": collector}
     urls = {s: (given[s] or known.get(s) or "").rstrip("/") for s in POD_DECIDERS}
     if not any(urls.values()):
-        raise _fail("no service URL given and no running demo (start one with `koordctl up`, or pass --extender, "
+        raise cli._fail("no service URL given and no running demo (start one with `koordctl up`, or pass --extender, "
                     "--descheduler, --collector)")  # fmt: skip
     answers = ask_deciders(urls, ns, name, nodes)
     data = {"pod": f"{ns}/{name}", "services": answers}
     if output == "json":
-        _print_json(data)
+        cli._print_json(data)
     else:
         typer.echo(explain_render.pod_report(data), nl=False)
     if all("error" in a for a in answers.values()):
         raise typer.Exit(2)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, helpers) -> None:
+    """Add `explain` to `app`; `helpers` is the module with koordctl's shared helpers (cli)."""
+    global cli
+    cli = helpers
     app.add_typer(explain_app, name="explain")
