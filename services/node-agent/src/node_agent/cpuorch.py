@@ -20,6 +20,7 @@ getContainerCPUSet), by the pod's QoS label:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from koordcommon import cpus as kc
@@ -31,6 +32,11 @@ from .qos.model import Processor, QoSState
 
 
 def topology_of(processors: Iterable[Processor]) -> kc.Topology:
+    return _topology(tuple(processors))
+
+
+@functools.lru_cache(maxsize=256)  # a node's topology is fixed: built once, not every QoS round
+def _topology(processors: tuple[Processor, ...]) -> kc.Topology:
     return kc.Topology(tuple(kc.CPU(p.cpu, p.core, p.socket, p.node) for p in processors))
 
 

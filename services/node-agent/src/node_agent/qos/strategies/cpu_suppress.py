@@ -21,6 +21,7 @@ import math
 
 from koordcommon.schemas import NodeSLOSpec, ResourceThresholdStrategy
 
+from ...cpuorch import node_cpus
 from ..model import CFS_PERIOD_US, CgroupWrite, QoSState
 from .cpuset import format_cpuset, parse_cpuset, pick_cpus
 
@@ -59,12 +60,9 @@ def never_be(state: QoSState) -> set[int]:
 
 
 def full_be_cpuset(state: QoSState) -> list[int]:
-    """Every CPU minus LSE-bound ones and those BE never gets (koordlet calcBECPUSet)."""
-    excluded = never_be(state)
-    for p in state.pods:
-        if p.info.cpuset and p.raw_qos.value == "LSE":
-            excluded.update(parse_cpuset(p.info.cpuset))
-    return [c.cpu for c in state.processors if c.cpu not in excluded]
+    """Every CPU minus LSE-bound ones and those BE never gets (koordlet calcBECPUSet): the node's
+    BE pool (koordcommon.cpus, the rule the runtime hooks and the scheduler use too)."""
+    return node_cpus(state).be_pool()
 
 
 def be_dirs(state: QoSState) -> list[tuple[int, str]]:
