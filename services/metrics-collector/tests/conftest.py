@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from koordcommon.model import PriorityClass, QoSClass
 from koordcommon.resources import Resources
 from koordcommon.schemas import ContainerUsage, NodeMetricSample, Owner, PodUsage
+
+# The process tests share the collector process helper of test_ingest_e2e (import mode importlib).
+sys.path.insert(0, str(Path(__file__).parent))
 
 GIB = 1 << 30
 

@@ -3,7 +3,9 @@
 A batch is acknowledged by the Bus only when the handler returns, i.e. after the commit.
 While the database is down the handler keeps retrying the batch in hand (the Bus marks it
 in progress, so it is not redelivered elsewhere) and no new batch is pulled: memory stays
-bounded by one batch per stream and nothing is lost.
+bounded by one batch per pull subscription, and everything else waits on the stream, unacked.
+A database that hangs instead of failing (a SQLite file another process holds locked, within
+the busy timeout) holds the write, and so the pulling, the same way.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ REJECTED = Counter("koord_collector_rejected_messages_total", "Messages the data
                    ["stream"])  # fmt: skip
 BATCH_SECONDS = Histogram("koord_collector_batch_seconds", "Time to commit one batch", ["stream"])
 
+# A write waiting this long (a lock held by another writer, a server that stopped answering)
+# counts as a batch waiting for the database: the collector is not ready until it goes through.
+STALLED_WRITE_S = 10.0
+
 # (stream, filter, schema) of every stream the collector persists.
 STREAMS = (
     (subjects.METRICS_STREAM, "koord.metrics.>", NodeMetricSample),
@@ -54,7 +60,23 @@ class Ingest:
         self.settings = settings
         self.stopping = stopping
         self.database_ok = True
-        self.retrying = 0  # batches waiting for the database right now
+        self._failing = 0  # batches whose write failed and is being retried
+        self._writing: dict[object, float] = {}  # writes in flight -> when they started
+
+    @property
+    def retrying(self) -> int:
+        """Batches waiting for the database right now: retried after a failure, or in a write
+        that has not returned for STALLED_WRITE_S."""
+        now = time.monotonic()
+        return self._failing + sum(1 for t in self._writing.values() if now - t > STALLED_WRITE_S)
+
+    async def _store_write(self, rows: Rows) -> dict[str, int]:
+        token = object()
+        self._writing[token] = time.monotonic()
+        try:
+            return await asyncio.to_thread(self.store.write, rows)
+        finally:
+            del self._writing[token]
 
     def handler(self, stream: str):
         async def handle(deliveries: list[Delivery]) -> None:
@@ -70,7 +92,7 @@ class Ingest:
         failing_since = None
         while True:
             try:
-                inserted = await asyncio.to_thread(self.store.write, rows)
+                inserted = await self._store_write(rows)
             except Exception as exc:
                 if not _transient(exc):
                     await self._write_one_by_one(stream, deliveries, exc)
@@ -79,11 +101,11 @@ class Ingest:
                 self.database_ok = False
                 if failing_since is None:
                     failing_since = time.monotonic()
-                    self.retrying += 1
+                    self._failing += 1
                     log.warning("database write failed; holding the batch and retrying",
                                 extra={"stream": stream, "rows": rows.count(), "error": str(exc).splitlines()[0]})  # fmt: skip
                 if self.stopping.is_set():
-                    self.retrying -= 1
+                    self._failing -= 1
                     raise  # the Bus naks the batch; it is redelivered after restart
                 try:
                     await asyncio.wait_for(self.stopping.wait(), delay)
@@ -92,7 +114,7 @@ class Ingest:
                 delay = min(delay * 2, self.settings.write_retry_max_delay_s)
                 continue
             if failing_since is not None:
-                self.retrying -= 1
+                self._failing -= 1
                 log.info("database back; batch written",
                          extra={"stream": stream, "waited_s": round(time.monotonic() - failing_since, 1)})  # fmt: skip
             self.database_ok = True
@@ -106,7 +128,7 @@ class Ingest:
         for d in deliveries:
             rows = build_rows([d.msg])
             try:
-                inserted = await asyncio.to_thread(self.store.write, rows)
+                inserted = await self._store_write(rows)
             except Exception as exc:
                 if _transient(exc):
                     raise

@@ -234,7 +234,8 @@ async def bus(nats_url: str, bus_namespace: str) -> AsyncIterator[Bus]:
 
 async def drop_namespace(nats_url: str, namespace: str) -> None:
     """Delete a test namespace's streams and buckets: leave a shared server as it was found."""
-    cleaner = Bus(nats_url, service="test", namespace=namespace)
+    # a server busy with other tests may take seconds to delete a stream: teardown waits for it
+    cleaner = Bus(nats_url, service="test", namespace=namespace, publish_timeout_s=30)
     await cleaner.connect(timeout_s=10)
     try:
         await cleaner.delete_namespace()
