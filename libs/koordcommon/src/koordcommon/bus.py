@@ -289,11 +289,12 @@ class Bus:
         prefix = f"{self.namespace}."
         return subject[len(prefix) :] if self.namespace and subject.startswith(prefix) else subject
 
-    def _delivery(self, m: Msg, msg: M) -> Delivery[M]:
-        """A decoded JetStream message as its handler sees it."""
+    def _delivery(self, m: Msg, msg: M, wire_subject: str | None = None) -> Delivery[M]:
+        """A decoded JetStream message as its handler sees it (`wire_subject`: the subject it was
+        published on, when the stream stored it under another)."""
         md = m.metadata
         return Delivery(
-            subject=self.local_subject(m.subject),
+            subject=self.local_subject(wire_subject or m.subject),
             msg=msg,
             stream_seq=md.sequence.stream,
             num_delivered=md.num_delivered,
@@ -598,6 +599,56 @@ class Bus:
         self._consumers.add(consumer)
         return consumer
 
+    async def consume_group(
+        self,
+        stream: StreamSpec,
+        group: str,
+        per_node_subjects: str,
+        schema: type[M],
+        handler: Handler[M],
+        member: int,
+        members: int,
+        partitions: int = 12,
+        **options: Any,
+    ) -> list[Consumer[M]]:
+        """Member `member` of `members` of a partitioned consumer group: the messages of one node
+        always go to the same member, in order, and the members split the nodes.
+
+        `per_node_subjects` names one subject per node with a single wildcard (`koord.nodemetric.*`).
+        The server does the partitioning: the group's work-queue stream `<stream>_<GROUP>` sources
+        `stream` through a subject transform that appends `partition(partitions)` of the node
+        token (a hash the server computes), so the source's subjects stay as they are. Each
+        partition has one durable consumer, `<group>-p<i>`; member m pulls the partitions
+        i with i % members == m. Handlers see the subjects as published. Needs NATS 2.10 or later.
+        """
+        subjects.validate_token(group)
+        if not 0 <= member < members <= partitions:
+            raise ValueError(f"member {member} of {members} over {partitions} partitions is not a group")
+        if per_node_subjects.count("*") != 1 or not per_node_subjects.endswith(".*"):
+            raise ValueError(f"{per_node_subjects!r}: one subject per node, the node its last token ('a.b.*')")
+        await self.ensure_stream(stream)
+        await self.ensure_stream(subjects.DEADLETTER_STREAM)
+        work_name = f"{stream.name}_{group.upper().replace('-', '_')}"
+        work = self.wire_stream(work_name)
+        wire = self.wire_subject(per_node_subjects)
+        source = api.StreamSource(name=self.wire_stream(stream), subject_transforms=[
+            api.SubjectTransform(src=wire, dest=f"{wire[:-2]}.{{{{wildcard(1)}}}}.{{{{partition({partitions},1)}}}}")])
+        config = api.StreamConfig(name=work, subjects=[], retention=api.RetentionPolicy.WORK_QUEUE,
+                                  storage=api.StorageType.FILE, num_replicas=self.stream_replicas, sources=[source],
+                                  max_age=float(stream.max_age_s or 0))  # fmt: skip
+        try:
+            await self.js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            await self.js.stream_info(work)  # it exists (another member created it)
+        out = []
+        for p in range(member, partitions, members):
+            consumer = Consumer(self, work_name, f"{group}-p{p}", f"{per_node_subjects[:-2]}.*.{p}", schema, handler,
+                                partition_token=True, **_consumer_options(options))  # fmt: skip
+            await consumer.start()
+            self._consumers.add(consumer)
+            out.append(consumer)
+        return out
+
     async def tail(
         self, stream: StreamRef, filter_subject: str, schema: type[M], deliver: Deliver = "all", batch: int = 256
     ) -> AsyncIterator[Delivery[M]]:
@@ -784,8 +835,10 @@ class Consumer(Generic[M]):
         ack_wait_s: float,
         max_deliver: int,
         nak_delay_s: float,
+        partition_token: bool = False,
     ) -> None:
         self._bus = bus
+        self.partition_token = partition_token  # a consumer group's stream appends the partition
         self._spec = stream if isinstance(stream, StreamSpec) else None
         self.stream = _stream_name(stream)
         self._wire_stream = bus.wire_stream(stream)
@@ -932,9 +985,10 @@ class Consumer(Generic[M]):
         deliveries: list[Delivery[M]] = []
         msgs = _latest_deliveries(msgs)
         for m, msg in zip(msgs, decode_all(self.schema, [m.data for m in msgs])):
+            published = m.subject.rsplit(".", 1)[0] if self.partition_token else m.subject
             if not isinstance(msg, SchemaError):
                 try:
-                    bus.judge(msg, m.subject)
+                    bus.judge(msg, published)
                 except bounds.OutOfRange as exc:
                     msg = exc
             if isinstance(msg, (SchemaError, bounds.OutOfRange)):
@@ -944,7 +998,7 @@ class Consumer(Generic[M]):
                     await _quietly(m.nak(self.nak_delay_s))
                 continue
             good.append(m)
-            deliveries.append(bus._delivery(m, msg))
+            deliveries.append(bus._delivery(m, msg, published))
         if not deliveries:
             return
         keepalive = asyncio.create_task(self._keep_in_progress(good))
@@ -979,6 +1033,25 @@ class Consumer(Generic[M]):
         while True:
             await asyncio.sleep(max(self.ack_wait_s / 3, 0.5))
             await asyncio.gather(*(m.in_progress() for m in msgs), return_exceptions=True)
+
+
+def partition_of(node: str, partitions: int) -> int:
+    """The partition the server's subject transform `partition(n, ...)` gives a node's subjects
+    (FNV-1a 32 of the token, modulo n): a consumer group member knows the nodes it owns before
+    any of their messages came (the slo-controller degrades a silent node it owns)."""
+    h = 0x811C9DC5
+    for byte in subjects.encode_token(node).encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h % partitions
+
+
+def _consumer_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Consumer's tuning arguments, defaults as Bus.consume has them."""
+    known = {"batch": 256, "max_wait_s": 1.0, "ack_wait_s": 30, "max_deliver": -1, "nak_delay_s": 1.0}
+    unknown = set(options) - set(known)
+    if unknown:
+        raise TypeError(f"unknown consumer options: {sorted(unknown)}")
+    return {**known, **options}
 
 
 def _latest_deliveries(msgs: list[Msg]) -> list[Msg]:

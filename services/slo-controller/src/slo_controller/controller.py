@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from koordcommon import subjects
+from koordcommon.bus import partition_of
 from koordcommon.cluster.port import ClusterEvent, ClusterPort
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import published_prefix
@@ -62,7 +63,14 @@ class SLOController:
         clock: Callable[[], int] | None = None,
         publish_nodeslo: bool = True,
         catchup_timeout_s: float = 5.0,
+        group: tuple[int, int] | None = None,
+        partitions: int = 12,
     ) -> None:
+        """`group`: (member, members) of the slo-controller's consumer group: this replica owns
+        the nodes of its partitions (their NodeMetrics, in order, reach it alone) and plans,
+        degrades and distributes NodeSLO for those only. None: one replica owns every node."""
+        self.group = group
+        self.partitions = partitions
         self.cluster = cluster
         self.bus = bus
         self.config = config or ConfigState()
@@ -97,7 +105,8 @@ class SLOController:
     async def start(self) -> None:
         watch = self.cluster.watch()  # subscribed before listing, so nothing falls in between
         for node in await self.cluster.list_nodes():
-            self.nodes[node.name] = node
+            if self.owns(node.name):
+                self.nodes[node.name] = node
         for pod in await self.cluster.list_pods():
             self._put_pod(pod)
         self._tasks.append(asyncio.create_task(self._watch_loop(watch), name="slo-cluster-watch"))
@@ -138,6 +147,10 @@ class SLOController:
         if node is not None:
             self.pods.get(node, {}).pop(key, None)
 
+    def owns(self, node: str) -> bool:
+        """Whether this replica plans the node (its consumer-group partition is this member's)."""
+        return self.group is None or partition_of(node, self.partitions) % self.group[1] == self.group[0]
+
     async def handle_cluster_event(self, e: ClusterEvent) -> None:
         if e.kind == "Pod":
             pod: PodRecord = e.obj  # type: ignore[assignment]
@@ -147,6 +160,8 @@ class SLOController:
                 self._put_pod(pod)
         elif e.kind == "Node":
             node: NodeRecord = e.obj  # type: ignore[assignment]
+            if not self.owns(node.name):
+                return
             if e.type == "DELETED":
                 self._forget_node(node.name)
                 return
@@ -382,7 +397,26 @@ class SLOController:
             except Exception:  # a bad event must not end the watch
                 log.exception("cluster event failed", extra={"kind": e.kind, "type": e.type})
 
+    async def _metric_group(self) -> None:
+        """This replica's partitions of the NodeMetric stream, as a member of the consumer group."""
+
+        async def handle(deliveries) -> None:
+            for d in deliveries:
+                try:
+                    await self.handle_metric(d.msg)
+                except Exception:
+                    log.exception("NodeMetric handling failed", extra={"subject": d.subject})
+                if d.pending == 0:
+                    self.metrics_caught_up.set()
+
+        member, members = self.group
+        await self.bus.consume_group(subjects.NODEMETRIC_STREAM, "slo-controller", f"{subjects.PREFIX}.nodemetric.*",
+                                     NodeMetric, handle, member, members, self.partitions, batch=500)  # fmt: skip
+
     async def _metric_loop(self) -> None:
+        if self.group is not None:
+            await self._metric_group()
+            return
         deliver = "last_per_subject"  # only the latest report of each node matters
         while True:
             try:

@@ -44,6 +44,8 @@ async def run(svc: Service) -> None:
         degrade_after_ms=int(settings.degrade_seconds * 1000) if settings.degrade_seconds else None,
         publish_nodeslo=settings.publish_nodeslo,
         catchup_timeout_s=settings.metrics_catchup_s,
+        group=settings.group(),
+        partitions=settings.group_partitions,
     )
     tasks: list[asyncio.Task] = []
     if settings.config_map_file:

@@ -21,6 +21,11 @@ class SLOSettings(ServiceSettings):
     resource_prefix: str = Field("", description="published batch/mid prefix; empty = KOORD_RESOURCE_PREFIX or koordinator.sh/")
     publish_nodeslo: bool = True
     metrics_catchup_s: float = Field(5.0, ge=0, description="wait this long for stored NodeMetrics before planning")
+    # Replicas as one JetStream consumer group (NATS 2.10+): "i/n" is this replica's place among
+    # n; each node's NodeMetrics reach one replica, in order (the server partitions the stream by
+    # node into group_partitions), and that replica plans the node. Empty: one replica, every node.
+    group_member: str = Field("", pattern=r"^(\d+/\d+)?$")
+    group_partitions: int = Field(12, ge=1, le=1024, description="partitions of the group (at least its members)")
     # admission webhook
     webhook_enabled: bool = True
     profiles_file: str = Field("", description="YAML with ClusterColocationProfile/PriorityClass/Namespace objects")
@@ -30,6 +35,14 @@ class SLOSettings(ServiceSettings):
     webhook_port: int = Field(9443, ge=0, le=65535)
     tls_cert_file: str = Field("", description="serving certificate (PEM); with tls_key_file enables HTTPS")
     tls_key_file: str = ""
+
+    def group(self) -> tuple[int, int] | None:
+        if not self.group_member:
+            return None
+        member, members = (int(x) for x in self.group_member.split("/"))
+        if not 0 <= member < members <= self.group_partitions:
+            raise ValueError(f"group_member {self.group_member!r}: i/n with i < n <= group_partitions")
+        return member, members
 
     @field_validator("resource_prefix")
     @classmethod
