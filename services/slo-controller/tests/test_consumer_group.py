@@ -67,10 +67,12 @@ async def test_replicas_split_the_nodes_and_plan_each_once(server):
             await b.close()
 
 
-@pytest.mark.parametrize(("member", "ok"), [("", None), ("0/3", (0, 3)), ("2/3", (2, 3)), ("3/3", ValueError),
-                                            ("1/20", ValueError)])  # fmt: skip
-def test_group_member_setting(member, ok):
-    settings = SLOSettings(group_member=member, group_partitions=12)
+@pytest.mark.parametrize(
+    ("member", "members", "ok"),
+    [(0, 1, None), (0, 3, (0, 3)), (2, 3, (2, 3)), (3, 3, ValueError), (1, 20, ValueError)],
+)
+def test_group_settings(member, members, ok):
+    settings = SLOSettings(group_member=member, group_members=members, group_partitions=12)
     if ok is ValueError:
         with pytest.raises(ValueError, match="group_member"):
             settings.group()

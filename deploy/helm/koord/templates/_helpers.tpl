@@ -55,6 +55,10 @@ DATABASE_URL. The node-agent is the DaemonSet; the others are Deployments.
 {{- $root := .root -}}
 - name: NATS_URL
   value: {{ $root.Values.nats.url | quote }}
+{{- if gt (int ($root.Values.nats.streamReplicas | default 1)) 1 }}
+- name: NATS_STREAM_REPLICAS
+  value: {{ $root.Values.nats.streamReplicas | quote }}
+{{- end }}
 {{- if and .svc.database (include "koord.hasDatabase" $root) }}
 - name: DATABASE_URL
   valueFrom:

@@ -21,10 +21,12 @@ class SLOSettings(ServiceSettings):
     resource_prefix: str = Field("", description="published batch/mid prefix; empty = KOORD_RESOURCE_PREFIX or koordinator.sh/")
     publish_nodeslo: bool = True
     metrics_catchup_s: float = Field(5.0, ge=0, description="wait this long for stored NodeMetrics before planning")
-    # Replicas as one JetStream consumer group (NATS 2.10+): "i/n" is this replica's place among
-    # n; each node's NodeMetrics reach one replica, in order (the server partitions the stream by
-    # node into group_partitions), and that replica plans the node. Empty: one replica, every node.
-    group_member: str = Field("", pattern=r"^(\d+/\d+)?$")
+    # Replicas as one JetStream consumer group (NATS 2.10+): group_members replicas, this one
+    # number group_member (0-based; a StatefulSet's pod index). Each node's NodeMetrics reach one
+    # replica, in order (the server partitions the stream by node into group_partitions), and that
+    # replica plans the node. 1: one replica plans every node.
+    group_members: int = Field(1, ge=1, le=1024)
+    group_member: int = Field(0, ge=0)
     group_partitions: int = Field(12, ge=1, le=1024, description="partitions of the group (at least its members)")
     # admission webhook
     webhook_enabled: bool = True
@@ -37,12 +39,14 @@ class SLOSettings(ServiceSettings):
     tls_key_file: str = ""
 
     def group(self) -> tuple[int, int] | None:
-        if not self.group_member:
+        """(member, members) of the consumer group, None for a single replica."""
+        if self.group_members == 1:
             return None
-        member, members = (int(x) for x in self.group_member.split("/"))
-        if not 0 <= member < members <= self.group_partitions:
-            raise ValueError(f"group_member {self.group_member!r}: i/n with i < n <= group_partitions")
-        return member, members
+        if not self.group_member < self.group_members <= self.group_partitions:
+            raise ValueError(f"group_member {self.group_member} of group_members {self.group_members}: "
+                             f"the member must be below the members, the members at most group_partitions "
+                             f"({self.group_partitions})")  # fmt: skip
+        return self.group_member, self.group_members
 
     @field_validator("resource_prefix")
     @classmethod
