@@ -193,7 +193,7 @@ def up(
     check: bool = typer.Option(False, help="exit non-zero unless every end-to-end check passes"),
     data_dir: Path | None = typer.Option(None, help="where SQLite files and logs go (default: a temp dir)"),
     nats_url: str | None = typer.Option(None, envvar="NATS_URL", help="use this NATS server (else start one)"),
-    agent_shards: int = typer.Option(0, min=0, help="sim node-agent processes (0: one per 2,000 nodes)"),
+    agent_shards: int = typer.Option(0, min=0, help="sim node-agent processes (0: one per 1,500 nodes)"),
 ):
     """Start NATS (if needed), the sim cluster and all six services; show a live summary."""
     from .demo import Demo

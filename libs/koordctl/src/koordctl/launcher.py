@@ -55,7 +55,7 @@ SERVICES: tuple[ServiceDef, ...] = (
 # Sim node-agent processes: one per this many simulated nodes. A process's collection round over
 # its nodes must stay well inside the 1 s collect interval, QoS round and publishing included
 # (bench/scale.py measures the per node-second cost).
-NODES_PER_AGENT_PROCESS = 2000
+NODES_PER_AGENT_PROCESS = 1500
 
 
 def agent_processes(nodes: int, requested: int = 0) -> int:
