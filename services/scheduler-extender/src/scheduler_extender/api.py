@@ -29,6 +29,7 @@ from koordcommon.asgi import PostRoutes
 from starlette.requests import Request
 from starlette.responses import Response
 
+from . import openapi
 from .core import wire
 from .core.explain import Decisions, explain_pod
 from .core.extender import VerbResult, bind_request, filter_request, preempt_request, prioritize_request
@@ -134,6 +135,7 @@ def install(front: PostRoutes, app, state: ClusterState, url_prefix: str = "") -
         return Response(orjson.dumps(found), media_type=JSON)
 
     app.add_route("/api/v1/explain/pods/{namespace}/{name}", explain, methods=["GET"])
+    openapi.document(app, openapi.verb_paths(url_prefix))
 
 
 def install_bind(app, state: ClusterState, cluster, url_prefix: str = "") -> str:
@@ -151,6 +153,7 @@ def install_bind(app, state: ClusterState, cluster, url_prefix: str = "") -> str
         return Response(body, media_type=JSON)
 
     app.add_route(path, bind, methods=["POST"])
+    openapi.document(app, openapi.bind_path(url_prefix))
     return path
 
 

@@ -25,6 +25,35 @@ from .profiles import ProfileStore
 log = logging.getLogger("slo_controller.webhook")
 
 WEBHOOK_PATHS = ("/mutate-pod", "/validate-pod")
+
+# The request body in the OpenAPI description: an admission.k8s.io/v1 AdmissionReview whose
+# object is a Pod (the members the webhook reads; any other is kept as it is). The handlers read
+# the raw body themselves, so a body that is not one is answered 400 with the reason.
+_POD = {"type": "object", "properties": {
+    "metadata": {"type": "object", "properties": {
+        "name": {"type": "string"}, "namespace": {"type": "string"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}},
+    "spec": {"type": "object", "properties": {
+        "priority": {"type": "integer", "format": "int32"}, "priorityClassName": {"type": "string"},
+        "schedulerName": {"type": "string"},
+        "containers": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"},
+            "resources": {"type": "object", "properties": {
+                "requests": {"type": "object", "additionalProperties": {"type": "string"}},
+                "limits": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}}}}}
+ADMISSION_REVIEW = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["apiVersion", "kind", "request"],
+    "properties": {
+        "apiVersion": {"const": "admission.k8s.io/v1"}, "kind": {"const": "AdmissionReview"},
+        "request": {"type": "object", "required": ["uid"], "properties": {
+            "uid": {"type": "string", "minLength": 1},
+            "operation": {"enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"]},
+            "namespace": {"type": "string"},
+            "resource": {"type": "object", "properties": {"group": {"type": "string"}, "version": {"type": "string"},
+                                                          "resource": {"type": "string"}}},
+            "subResource": {"type": "string"}, "dryRun": {"type": "boolean"},
+            "object": _POD, "oldObject": _POD}}}}}}}}  # fmt: skip
 REVIEWS = Counter("koord_slo_admission_reviews_total", "Admission reviews answered", ["hook", "allowed", "patched"])
 
 
@@ -58,11 +87,13 @@ def create_router(
                                           "reason": resp["status"]["message"]})
         return JSONResponse(out)
 
-    @router.post(WEBHOOK_PATHS[0])
+    @router.post(WEBHOOK_PATHS[0], tags=["admission webhook"], openapi_extra=ADMISSION_REVIEW,
+                 summary="Mutate a pod by the ClusterColocationProfiles that select it (JSONPatch)")  # fmt: skip
     async def mutate_pod(request: Request):
         return await _review(request, "mutate", lambda req: mutate_review(req, ctx))
 
-    @router.post(WEBHOOK_PATHS[1])
+    @router.post(WEBHOOK_PATHS[1], tags=["admission webhook"], openapi_extra=ADMISSION_REVIEW,
+                 summary="Refuse a pod whose priority class and QoS class do not go together")  # fmt: skip
     async def validate_pod(request: Request):
         return await _review(request, "validate", validate_review)
 
