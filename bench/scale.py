@@ -357,7 +357,12 @@ async def run_size(n: int, args, workdir: Path) -> dict:
         clock = SimClock.of(spec)
         t = time.monotonic()
         launcher.start_services()
-        ready = await launcher.wait_ready(args.ready_timeout)
+        try:
+            ready = await launcher.wait_ready(args.ready_timeout)
+        except RuntimeError as exc:  # a service exited while starting: that is the size's answer
+            result["startup_s"] = time.monotonic() - t
+            result["behind"] = [("start-up", str(exc).splitlines()[0])]
+            return result
         result["startup_s"] = time.monotonic() - t
         if not all(ready.values()):
             result["behind"] = [(k, "not ready in time") for k, ok in ready.items() if not ok]

@@ -108,6 +108,25 @@ def test_rollups_answer_like_raw_and_retention_deletes(store, sample_factory):
     assert [b.maxes[0] for b in hourly] == cpu.max(axis=1).tolist()
 
 
+def test_cluster_summary_reads_the_minute_rollup_and_raw_samples_after_it(store, sample_factory):
+    """A recent window answers the same from the 1-minute rollup (up to its newest bucket) plus
+    the raw samples after it as from raw samples alone, and reads no raw row the rollup holds."""
+    samples = [sample_factory(f"n{n}", T0 + i * 10_000, i) for i in range(60 * 6) for n in range(3)]  # an hour
+    store.write(build_rows(samples))
+    metrics = ("cpu_milli", "prod_used_cpu_milli")
+    raw_only = store.cluster_summary(T0, T0 + HOUR_MS, 5 * MINUTE_MS, "raw", metrics)
+    assert store.cluster_summary(T0, T0 + HOUR_MS, 5 * MINUTE_MS, "1m", metrics) == []  # nothing rolled yet
+    # roll the first 40 minutes, then take those raw rows away: the answer must not need them
+    store.apply(retention.Plan((retention.Rollup("node", "raw", "1m", T0, T0 + 40 * MINUTE_MS, MINUTE_MS),), ()))
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM node_samples WHERE ts < :t"), {"t": T0 + 40 * MINUTE_MS})
+    mixed = store.cluster_summary(T0, T0 + HOUR_MS, 5 * MINUTE_MS, "raw", metrics)
+    assert [p["ts"] for p in mixed] == [p["ts"] for p in raw_only] and len(mixed) == 12
+    for a, b in zip(mixed, raw_only, strict=True):
+        assert a["nodes"] == b["nodes"] == 3
+        assert a == pytest.approx(b)
+
+
 async def test_refused_messages_are_dropped_not_blocking(store, sample_factory):
     good = sample_factory("n1", T0, 0)
     bad = sample_factory("n2", T0, 0)

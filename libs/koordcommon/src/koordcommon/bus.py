@@ -322,7 +322,8 @@ class Bus:
         # The server rejects a duplicate window longer than the retention.
         dup = min(spec.duplicate_window_s, max_age) if max_age else spec.duplicate_window_s
         try:
-            info = await self.js.stream_info(name)
+            # a server busy with many clients starting at once may answer late: asked again
+            info = await self._retrying(lambda: self.js.stream_info(name), f"stream info {name}")
         except nats.js.errors.NotFoundError:
             config = api.StreamConfig(
                 name=name,

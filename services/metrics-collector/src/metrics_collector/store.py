@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from .core import rows as R
 from .core.retention import Plan, Rollup
-from .core.series import Bucket
+from .core.series import MINUTE_MS, Bucket
 from .partition_schema import PARTITIONED_TABLES, create_partitions, drop_partitions_before, is_partitioned
 from .rollup_schema import node_rollup_v1, pod_rollup_v1
 
@@ -451,26 +451,47 @@ class Store:
             return [dict(r._mapping) for r in conn.execute(query)]
 
     def cluster_summary(self, start: int, end: int, step: int, resolution: str, metrics: Sequence[str]) -> list[dict]:
-        """Per bucket: the sum over nodes of each node's average of every metric, and the node count."""
-        src = _Source.of("node", resolution)
-        table, t = src.table, src.time
-        bucket = _bucket(t, step)
-        per_node = (
-            sa.select(bucket, table.c.node, src.samples.label("n"), *(src.sum(m).label(m) for m in metrics))
-            .where(t >= start, t < end)
-            .group_by(bucket, table.c.node)
-            .subquery()
-        )
-        query = (
-            sa.select(
-                per_node.c.b,
-                sa.func.count().label("nodes"),
-                *(sa.func.sum(per_node.c[m] * 1.0 / per_node.c.n).label(m) for m in metrics),
-            )
-            .group_by(per_node.c.b)
-            .order_by(per_node.c.b)
-        )
+        """Per bucket: the sum over nodes of each node's average of every metric, and the node count.
+
+        Raw resolution with whole-minute steps reads the 1-minute rollup up to its newest bucket
+        and raw samples only after it (the last few minutes, not yet rolled up): at thousands of
+        nodes an hour of raw samples is millions of rows, its rollup sixty per node."""
         with self.engine.connect() as conn:
+            rolled_until = None
+            if resolution == "raw" and step % MINUTE_MS == 0:
+                newest = conn.execute(sa.select(sa.func.max(node_usage_1m.c.bucket))).scalar()
+                rolled_until = None if newest is None else min(max(newest + MINUTE_MS, start), end)
+            parts = []
+            spans = [("raw", start, end)] if rolled_until is None else [("1m", start, rolled_until), ("raw", rolled_until, end)]
+            for res, lo, hi in spans if resolution == "raw" else [(resolution, start, end)]:
+                if hi <= lo:
+                    continue
+                src = _Source.of("node", res)
+                table, t = src.table, src.time
+                bucket = _bucket(t, step)
+                parts.append(
+                    sa.select(bucket, table.c.node, src.samples.label("n"), *(src.sum(m).label(m) for m in metrics))
+                    .where(t >= lo, t < hi)
+                    .group_by(bucket, table.c.node)
+                )
+            if not parts:
+                return []
+            union = (parts[0] if len(parts) == 1 else sa.union_all(*parts)).subquery()
+            per_node = (
+                sa.select(union.c.b, union.c.node, sa.func.sum(union.c.n).label("n"),
+                          *(sa.func.sum(union.c[m]).label(m) for m in metrics))
+                .group_by(union.c.b, union.c.node)
+                .subquery()
+            )  # fmt: skip
+            query = (
+                sa.select(
+                    per_node.c.b,
+                    sa.func.count().label("nodes"),
+                    *(sa.func.sum(per_node.c[m] * 1.0 / per_node.c.n).label(m) for m in metrics),
+                )
+                .group_by(per_node.c.b)
+                .order_by(per_node.c.b)
+            )
             return [
                 {"ts": int(r.b), "nodes": int(r.nodes), **{m: float(r._mapping[m]) for m in metrics}}
                 for r in conn.execute(query)
