@@ -91,3 +91,41 @@ def test_extender_and_webhook_outages_are_chosen_deliberately():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["schedulerConfig"]["ignorable"] is True
     assert values["webhook"]["failurePolicy"] == "Ignore"
+
+
+API_SERVICES = {"metrics-collector", "slo-controller", "scheduler-extender", "descheduler", "recommender"}
+
+
+def _pod_specs(docs) -> dict[str, dict]:
+    return {d["metadata"]["labels"]["app.kubernetes.io/name"]: d["spec"]["template"]["spec"]
+            for d in docs if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet")}  # fmt: skip
+
+
+@pytest.mark.parametrize("auth", ["tokenreview", "token"])
+def test_services_that_review_tokens_are_auth_delegators_with_their_token_mounted(helm, auth):
+    """With api.auth tokenreview (the default) every service that serves an API reviews its
+    callers' bearer tokens as itself: its service account is bound to system:auth-delegator (the
+    ClusterRole that may create tokenreviews) and its token is mounted, the collector's too,
+    which has no cluster access of its own. The node agent serves only probes: no binding. With
+    a static token nothing is bound and the collector mounts no token."""
+    docs = render(helm, "--set", f"api.auth={auth}")
+    delegators = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRoleBinding"
+                  and d["roleRef"]["name"] == "system:auth-delegator"}  # fmt: skip
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    pods = _pod_specs(docs)
+    reviewing = API_SERVICES if auth == "tokenreview" else set()
+    assert set(delegators) == {f"koord-{s}-auth-delegator" for s in reviewing}
+    for service in reviewing:
+        binding = delegators[f"koord-{service}-auth-delegator"]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                      "name": "system:auth-delegator"}  # fmt: skip
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"koord-{service}", "namespace": "koord-system"}]
+        assert accounts[f"koord-{service}"]["automountServiceAccountToken"] is True
+        assert pods[service].get("automountServiceAccountToken", True) is True, service
+        assert pods[service]["serviceAccountName"] == f"koord-{service}"
+    collector_mounts = auth == "tokenreview"
+    assert accounts["koord-metrics-collector"]["automountServiceAccountToken"] is collector_mounts
+    assert pods["metrics-collector"]["automountServiceAccountToken"] is collector_mounts
+    env = {e["name"]: e.get("value") for e in pods["metrics-collector"]["containers"][0]["env"]}
+    assert env["KOORD_COLLECTOR_API_AUTH"] == auth
+

@@ -34,6 +34,12 @@ DATABASE_URL. The node-agent is the DaemonSet; the others are Deployments.
 - {key: recommender, name: recommender, module: recommender, prefix: KOORD_RECOMMENDER_, database: true}
 {{- end -}}
 
+{{/* "true" when the service (ctx: root, name) checks bearer tokens with Kubernetes TokenReview:
+api.auth tokenreview, on every service that serves an API (the node agent serves only probes). */}}
+{{- define "koord.reviewsTokens" -}}
+{{- and (eq .root.Values.api.auth "tokenreview") (ne .name "node-agent") -}}
+{{- end -}}
+
 {{- define "koord.databaseSecretName" -}}
 {{- if .Values.database.existingSecret -}}
 {{- .Values.database.existingSecret -}}
