@@ -119,6 +119,9 @@ class DemoPlan:
     slo_config: dict[str, str] = field(default_factory=lambda: dict(DEMO_SLO_CONFIG))  # the ConfigMap's data
     record_state: bool = True  # write state.json for `koordctl status` (a replay's services are not the demo)
     agent_shards: int = 0  # sim node-agent processes; 0: one per NODES_PER_AGENT_PROCESS nodes
+    # the private NATS server's HTTP monitoring (/jsz: streams and consumers) on a loopback port,
+    # for benchmarks that read JetStream's accounting without a bus identity allowed to
+    nats_monitor: bool = False
 
     def processes(self) -> tuple[ServiceDef, ...]:
         """Every process to start: the services, the sim node agent split across its shards."""
@@ -153,11 +156,13 @@ def find_nats_server() -> str | None:
 class LocalNats:
     """A private nats-server with JetStream, used when none answers at NATS_URL."""
 
-    def __init__(self, data_dir: Path, config: Path | None = None):
-        """`config`: a server configuration (koordctl.secure) with users, permissions and TLS."""
+    def __init__(self, data_dir: Path, config: Path | None = None, monitor: bool = False):
+        """`config`: a server configuration (koordctl.secure) with users, permissions and TLS;
+        `monitor`: serve the HTTP monitoring endpoints on `monitor_port` (loopback)."""
         self.data_dir = data_dir
         self.config = config
         self.port = free_port()
+        self.monitor_port = free_port() if monitor else None
         self.process: subprocess.Popen | None = None
 
     @property
@@ -176,6 +181,8 @@ class LocalNats:
         cmd = [binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(store)]
         if self.config is not None:
             cmd += ["-c", str(self.config)]
+        if self.monitor_port is not None:
+            cmd += ["-m", str(self.monitor_port)]
         self.process = subprocess.Popen(
             cmd,
             stdout=subprocess.DEVNULL,
@@ -222,7 +229,8 @@ class Launcher:
         else:
             if url:
                 log.warning("NATS_URL %s does not answer; starting a private nats-server", url)
-            self.nats = LocalNats(self.data_dir, self.secrets.nats_config if self.secrets else None)
+            self.nats = LocalNats(self.data_dir, self.secrets.nats_config if self.secrets else None,
+                                  monitor=self.plan.nats_monitor)
             self.nats.start()
             self.nats_url = self.nats.url
         return self.nats_url
