@@ -333,8 +333,7 @@ async def run_size(n: int, args, workdir: Path) -> dict:
     data_dir = workdir / f"n{n}"
     db_name = f"koord_scale_{n}_{os.getpid()}"
     pg = os.environ.get("DATABASE_URL", "")
-    env = {"KOORD_AGENT_REPORT_INTERVAL_S": str(REPORT_S), "KOORD_AGENT_NODEMETRIC_INTERVAL_S": str(NODEMETRIC_S),
-           "KOORD_LOG_LEVEL": "WARNING"}  # fmt: skip
+    env = {"KOORD_AGENT_REPORT_INTERVAL_S": str(REPORT_S), "KOORD_AGENT_NODEMETRIC_INTERVAL_S": str(NODEMETRIC_S)}
     if not args.qos:
         env["KOORD_AGENT_QOS_ENABLED"] = "false"
     db_url = create_database(pg, db_name) if pg else ""
@@ -518,6 +517,7 @@ async def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the logs and data of every run")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="koord-scale-"))
+    os.environ.setdefault("KOORD_LOG_LEVEL", "WARNING")  # the launcher hands it to every service
     sizes = [int(x) for x in args.nodes.split(",")]
     print(f"machine: {os.cpu_count()} cores; data and logs in {workdir}")
     loop = asyncio.get_running_loop()
