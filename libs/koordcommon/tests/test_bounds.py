@@ -60,6 +60,13 @@ def pod(**kw) -> PodUsage:
         (Recommendation(namespace="ns", owner_kind="Deployment", owner_name="w", containers=[ContainerRecommendation(
             container="c", target=Resources(-1, 0), lower_bound=Resources(), upper_bound=Resources())]),
          "koord.recommendation.ns.w", "out_of_range", "containers.0.target"),
+        (Recommendation(namespace="ns", owner_kind="Deployment", owner_name="w", containers=[ContainerRecommendation(
+            container="c", target=Resources(250, GIB), lower_bound=Resources(),
+            upper_bound=Resources(10**14 + 1, 10**14))]),
+         "koord.recommendation.ns.w", "out_of_range", "containers.0.upper_bound"),
+        (Recommendation(namespace="ns", owner_kind="Deployment", owner_name="w", containers=[ContainerRecommendation(
+            container="c", target=Resources(10**14, GIB), lower_bound=Resources(), upper_bound=Resources())]),
+         "koord.recommendation.ns.w", "out_of_range", "containers.0.target"),
         (Event(kind="evict", node="n2", action="evict"), "koord.events.evict.n1", "out_of_range", "node 'n2'"),
     ],
 )
@@ -80,6 +87,10 @@ def test_out_of_range_messages_are_refused_naming_the_value(msg, subject, kind, 
         (sample(capacity=Resources(), node_usage=Resources(4000, GIB)), "koord.metrics.n1"),  # capacity unknown
         (sample(node="a.b"), "koord.metrics.a_d_b"),  # dotted node names travel encoded
         (NodeResource(node="n1", batch=None, degraded=True), "koord.noderesource.n1"),
+        # a young workload's upper bound is VPA's MaxResourceAmount: +Inf, capped (found by bench/soak.py)
+        (Recommendation(namespace="ns", owner_kind="Deployment", owner_name="w", containers=[ContainerRecommendation(
+            container="c", target=Resources(250, GIB), lower_bound=Resources(25, 250 << 20),
+            upper_bound=Resources(10**14, 10**14))]), "koord.recommendation.ns.w"),
     ],
 )
 def test_possible_messages_pass(msg, subject):

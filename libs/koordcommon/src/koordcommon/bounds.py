@@ -15,7 +15,10 @@ The rules:
   the bus permissions this ties a message to the identity that could publish it;
 * a measurement's time (NodeMetricSample, NodeMetric) within [-MAX_AGE_S, +MAX_FUTURE_S] of the
   receiver's clock, which is the simulated clock on a simulated cluster;
-* windows and durations positive and at most a day.
+* windows and durations positive and at most a day;
+* a recommendation's target, lower bound and requests within one node's ceiling; its upper
+  bound within VPA's MaxResourceAmount (`MAX_RECOMMENDED_AMOUNT`), which is what VPA reports for
+  a container with samples but no history yet (+Inf, capped).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ USAGE_CAPACITY_FACTOR = 2  # measurement jitter never doubles a node
 MAX_FUTURE_S = 300.0  # clock skew tolerated between a producer and a receiver
 MAX_AGE_S = 8 * 24 * 3600.0  # older than any stream keeps a message (7 days) plus a day
 MAX_WINDOW_S = 24 * 3600
+# VPA's model.MaxResourceAmount (milli-cores and bytes alike): the recommender caps every amount
+# at it, and an upper bound without history is exactly it.
+MAX_RECOMMENDED_AMOUNT = 10**14
 
 OUT_OF_RANGE = "out_of_range"
 CLOCK_SKEW = "clock_skew"
@@ -158,9 +164,13 @@ def _nodeslo(m: NodeSLO, subject: str | None, now_ms: int | None) -> None:
             raise OutOfRange(f"spec.resourceUsedThresholdWithBE.{name}: {value} is not a percentage")
 
 
+_RECOMMENDED_MAX = Resources(MAX_RECOMMENDED_AMOUNT, MAX_RECOMMENDED_AMOUNT)
+
+
 def _container(where: str, c: ContainerRecommendation) -> None:
-    for name in ("target", "lower_bound", "upper_bound", "current_requests"):
+    for name in ("target", "lower_bound", "current_requests"):
         _resources(f"{where}.{name}", getattr(c, name), _NODE_MAX)
+    _resources(f"{where}.upper_bound", c.upper_bound, _RECOMMENDED_MAX)
 
 
 def _recommendation(m: Recommendation, subject: str | None, now_ms: int | None) -> None:

@@ -14,10 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from koordcommon.bounds import MAX_RECOMMENDED_AMOUNT
+
 from .aggregate import MIB, AggregateState
 
-# VPA's model.MaxResourceAmount: the largest amount of either resource (milli-cores, bytes).
-MAX_RESOURCE_AMOUNT = 10**14
+# VPA's model.MaxResourceAmount: the largest amount of either resource (milli-cores, bytes); the
+# bus's value ranges accept it as an upper bound (koordcommon.bounds), so it is defined there.
+MAX_RESOURCE_AMOUNT = MAX_RECOMMENDED_AMOUNT
 
 
 @dataclass(frozen=True)
