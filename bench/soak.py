@@ -10,8 +10,11 @@ target (any service process, or the NATS server) is killed with SIGKILL and star
 orchestrator would. The kills stop one kill interval before the end, the collector is given time
 to drain, and the run reports:
 
-* memory of every service: RSS at the start and end of each process's life after its warm-up,
-  the peak, and the growth rate (least squares over each life, weighted by its length) in MB/h;
+* memory of every service: RSS at the start and end of each process's life after its warm-up
+  (`--memory-warmup`), the peak, and the growth rate (least squares over each life, weighted by
+  its length) in MB/h. The node agent's history rings are allocated whole but their pages are
+  touched as they first fill (pod rings in 5 minutes, node rings in 30 on the sim agent), so its
+  steady state shows only after `--memory-warmup 1860` in a run longer than that;
 * samples: published (accepted by JetStream: the KOORD_METRICS stream's messages), stored (the
   collector's node rows), dead-lettered, lost (published, not stored, not dead-lettered), rows
   stored twice for one (node, time), and the duplicates the collector dropped (redeliveries);
@@ -51,7 +54,6 @@ from koordctl.launcher import DemoPlan, Launcher
 from koordsim.cluster import SimCluster, SimSpec
 
 SAMPLE_EVERY_S = 5.0
-LIFE_WARMUP_S = 60.0  # a process's memory is judged after its first minute (imports, caches filled)
 
 
 def rss_mb(pid: int) -> float | None:
@@ -66,25 +68,28 @@ def rss_mb(pid: int) -> float | None:
 
 @dataclass
 class Life:
-    """One process of a service, from start to kill (or the end)."""
+    """One process of a service, from start to kill (or the end); its memory is judged after its
+    warm-up (imports, caches, buffers filled)."""
 
     pid: int
     started: float
+    warmup_s: float
     points: list[tuple[float, float]] = field(default_factory=list)  # (monotonic s, RSS MB)
 
     def judged(self) -> list[tuple[float, float]]:
-        return [(t, m) for t, m in self.points if t - self.started >= LIFE_WARMUP_S]
+        return [(t, m) for t, m in self.points if t - self.started >= self.warmup_s]
 
 
 class Memory:
-    def __init__(self) -> None:
+    def __init__(self, warmup_s: float) -> None:
+        self.warmup_s = warmup_s
         self.lives: dict[str, list[Life]] = defaultdict(list)
 
     def sample(self, processes: dict[str, int], now: float) -> None:
         for name, pid in processes.items():
             lives = self.lives[name]
             if not lives or lives[-1].pid != pid:
-                lives.append(Life(pid, now))
+                lives.append(Life(pid, now, self.warmup_s))
             mb = rss_mb(pid)
             if mb is not None:
                 lives[-1].points.append((now, mb))
@@ -204,7 +209,7 @@ async def run(args) -> int:
                     extra_env=env, agent_shards=args.agent_shards)  # fmt: skip
     launcher = Launcher(plan)
     rng = random.Random(args.seed)
-    memory, counters, extender_stats = Memory(), Counters(), Counter()
+    memory, counters, extender_stats = Memory(args.memory_warmup), Counters(), Counter()
     kills: list[tuple[float, str, float]] = []  # (at s, target, s until ready again)
     stop_load = asyncio.Event()
     tasks: list[asyncio.Task] = []
@@ -226,7 +231,7 @@ async def run(args) -> int:
         assert all(ready.values()), f"not ready: {ready}"
         t0 = time.monotonic()
         urls = {r.spec.name: r.url for r in launcher.running}
-        print(f"ready: {', '.join(urls)} and nats-server ({len(launcher.running)} processes)")
+        print(f"ready: {', '.join(urls)} and nats-server ({len(launcher.running)} processes)", flush=True)
         names = [spec.resolved().node_name(i) for i in range(args.nodes)]
         driver = SimDriver(cluster, urls["scheduler-extender"])
         tasks.append(asyncio.create_task(driver.run(stop_load, batch_stream=True)))
@@ -267,7 +272,8 @@ async def run(args) -> int:
                     took = time.monotonic() - killed_at
                     kills.append((killed_at - t0, target, took if all(back.values()) else float("nan")))
                     print(f"  {killed_at - t0:6.0f} s  kill -9 {target:22s} all ready again in {took:5.1f} s"
-                          + ("" if all(back.values()) else f"  NOT READY: {[k for k, v in back.items() if not v]}"))
+                          + ("" if all(back.values()) else f"  NOT READY: {[k for k, v in back.items() if not v]}"),
+                          flush=True)
                     next_kill += args.kill_every
                 await asyncio.sleep(SAMPLE_EVERY_S)
             stop_load.set()
@@ -324,7 +330,8 @@ async def run(args) -> int:
     if slowest:
         print(f"   back ready after a kill: median {np.median([k[2] for k in kills]):.1f} s, "
               f"slowest {slowest[2]:.1f} s ({slowest[1]})")  # fmt: skip
-    print("\n   memory (RSS MB)                lives  after warm-up  at the end   peak   growth MB/h (over s)")
+    print(f"\n   memory (RSS MB, judged after {args.memory_warmup:.0f} s of a life)"
+          "\n                                  lives  after warm-up  at the end   peak   growth MB/h (over s)")
     for name, m in sorted(memory.summary().items()):
         g = "      -" if m["growth_mb_h"] is None else f"{m['growth_mb_h']:+7.1f}"
         first = "    -" if m["first_mb"] is None else f"{m['first_mb']:5.0f}"
@@ -349,7 +356,8 @@ async def run(args) -> int:
     print(f"\n   extender calls: {dict(extender_stats)}; the sim driver placed {len(driver.placed)} pods, "
           f"{driver.errors} attempts to place one failed (extender or bus down; tried again)")  # fmt: skip
     errors = log_errors(workdir)
-    print("\n   error lines in the logs:")
+    # the launcher's reachability probe (a bare TCP connect) costs the TLS server one such line
+    print("\n   error lines in the logs (nats: `TLS handshake error: EOF` is the launcher's TCP probe):")
     for name, c in errors.items():
         if c:
             print(f"     {name}: {sum(c.values())}: " + "; ".join(f"{msg} x{n}" for msg, n in c.most_common(3)))
@@ -368,6 +376,8 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000, help="simulated nodes")
     ap.add_argument("--kill-every", type=float, default=60, help="seconds between two kills")
     ap.add_argument("--warmup", type=float, default=60, help="seconds before the first kill")
+    ap.add_argument("--memory-warmup", type=float, default=60,
+                    help="seconds of a process's life before its memory is judged")
     ap.add_argument("--extender-rps", type=float, default=20, help="probe pods sent to filter + prioritize a second")
     ap.add_argument("--batch-per-node-hour", type=float, default=60, help="batch tasks submitted per node and hour")
     ap.add_argument("--agent-shards", type=int, default=0, help="sim node-agent processes (0: the launcher's choice)")
