@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from koordcommon.resources import Resources
 from koordcommon.schemas import ContainerUsage, NodeMetricSample, Owner, PodUsage
 
 MIB = 1024 * 1024
-T0_MS = 1_700_006_400_000  # a UTC midnight
+# a UTC midnight three days ago: samples over the bus must be within the receivers' 8 days
+# (koordcommon.bounds), or they are dead-lettered as clock skew
+T0_MS = (int(time.time()) // 86_400 - 3) * 86_400_000
 
 
 def pod(uid: str, rs: str, cpu_milli: int, mem: int, sidecar_cpu: int = 20, oom_ms: int | None = None) -> PodUsage:
