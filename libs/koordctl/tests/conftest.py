@@ -4,6 +4,7 @@ served by uvicorn in threads, and a demo state file naming them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -69,25 +70,32 @@ class ThreadServer:
         self.thread.join(10)
 
 
-@pytest.fixture(scope="session")
-def collector_url(tmp_path_factory):
+@contextlib.contextmanager
+def serving_collector(tmp, guarded: bool = False, **settings):
+    """A collector over a store holding the samples, NodeResources and events above, served over
+    HTTP; `guarded`: behind the chassis' guard as the service runs (tokens, body limits)."""
     from metrics_collector.core.rows import build_rows
     from metrics_collector.main import build
     from metrics_collector.settings import Settings
     from metrics_collector.store import Store
 
-    tmp = tmp_path_factory.mktemp("collector")
     url = f"sqlite:///{tmp / 'c.db'}"
     store = Store.open(url, tmp, migrate=True)
     resources = [NodeResource(node=n, ts=NOW_MS - 60_000, seq=1, source="slo-controller", batch=BATCH,
                               mid=Resources(0, 0), written=True) for n in NODES]  # fmt: skip
     store.write(build_rows([*samples(), *resources, *stored_events()]))
     store.close()
-    svc, _ = build(Settings(database_url=url, data_dir=str(tmp)))
+    svc, _ = build(Settings(database_url=url, data_dir=str(tmp), **settings))
     svc.mark_started()  # the app is served without running main: its wiring is this fixture
-    with ThreadServer(svc.app) as server:
-        wait_http_ready(server.url + "/api/v1/nodes", timeout=15)
+    with ThreadServer(svc.asgi() if guarded else svc.app) as server:
+        wait_http_ready(server.url + "/healthz", timeout=15)
         yield server.url
+
+
+@pytest.fixture(scope="session")
+def collector_url(tmp_path_factory):
+    with serving_collector(tmp_path_factory.mktemp("collector")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

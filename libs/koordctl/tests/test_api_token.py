@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from koordcommon.resources import Resources
-from koordcommon.schemas import NodeResource
 from koordctl.cli import app
 from typer.testing import CliRunner
 
-from .conftest import BATCH, NODES, NOW_MS, ThreadServer, samples
+from .conftest import NODES, serving_collector
 
 runner = CliRunner()
 TOKEN = "s3cret-token-for-the-test"
@@ -20,25 +18,12 @@ TOKEN = "s3cret-token-for-the-test"
 
 @pytest.fixture(scope="module")
 def protected_collector(tmp_path_factory):
-    from metrics_collector.core.rows import build_rows
-    from metrics_collector.main import build
-    from metrics_collector.settings import Settings
-    from metrics_collector.store import Store
-
     tmp = tmp_path_factory.mktemp("protected")
-    url = f"sqlite:///{tmp / 'c.db'}"
-    store = Store.open(url, tmp, migrate=True)
-    resources = [NodeResource(node=n, ts=NOW_MS - 60_000, seq=1, source="slo-controller", batch=BATCH,
-                              mid=Resources(0, 0), written=True) for n in NODES]  # fmt: skip
-    store.write(build_rows([*samples(), *resources]))
-    store.close()
     token_file = tmp / "api-token"
     token_file.write_text(TOKEN + "\n")
-    svc, _ = build(Settings(database_url=url, data_dir=str(tmp), api_auth="token", api_token_file=str(token_file),
-                            api_protect_reads=True))  # fmt: skip
-    svc.mark_started()
-    with ThreadServer(svc.asgi()) as server:  # behind the guard, as the service runs
-        yield server.url, token_file
+    with serving_collector(tmp, guarded=True, api_auth="token", api_token_file=str(token_file),
+                           api_protect_reads=True) as url:  # fmt: skip
+        yield url, token_file
 
 
 COMMANDS = [
