@@ -257,7 +257,8 @@ def test_settings_errors(clean_env, tmp_path):
             "api_allowed_users, api_auth, api_protect_reads, api_token_file, batch_size, bus_namespace, "
             "cluster_backend, data_dir, database_url, http_host, http_port, http_tls_cert_file, "
             "http_tls_client_ca_file, http_tls_key_file, limits, log_level, max_body_bytes, max_json_depth, "
-            "nats_ca_file, nats_cert_file, nats_key_file, nats_nkey_seed_file, nats_url, tokenreview_url")),
+            "nats_ca_file, nats_cert_file, nats_key_file, nats_nkey_seed_file, nats_stream_replicas, nats_url, "
+            "tokenreview_url")),
         ({"KOORD_DEMO_LIMIT__CPU": "1"}, None, "KOORD_DEMO_LIMIT__CPU (did you mean limits?)"),
         ({}, "nats_url: nats://yaml:1\nunknown_key: 1\nbatch_sise: 3\n",
          "unknown settings: unknown_key, batch_sise (did you mean batch_size?)"),
