@@ -67,3 +67,17 @@ def test_whatif_refuses_bad_input():
     assert res.exit_code == 2 and "do not mix" in res.output
     res = runner.invoke(app, ["whatif", "--days", "0.05", "--trace", "nope"])
     assert res.exit_code == 2 and "unknown trace 'nope'" in res.output
+
+
+def test_whatif_replays_a_candidate_file_beside_the_default(tmp_path):
+    from pathlib import Path
+
+    candidate = Path(__file__).resolve().parents[3] / "deploy/config/whatif/quota-suppress-63.yaml"
+    out = tmp_path / "report"
+    res = runner.invoke(app, ["whatif", "--days", "0.05", "--candidate", str(candidate), "--workers", "1",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "report.json").read_text())
+    assert [r["config"]["name"] for r in doc["runs"]] == ["no colocation", "default", "quota suppress at 63 %"]
+    threshold = doc["runs"][2]["config"]["slo-controller-config"]["resource-threshold-config"]
+    assert threshold["clusterStrategy"]["cpuSuppressPolicy"] == "cfsQuota"

@@ -107,6 +107,8 @@ def register(app: typer.Typer, cli) -> None:
         sweep: list[str] = typer.Option([], help="knob=v1,v2 (repeatable): every combination is replayed"),
         vary: list[str] = typer.Option([], help="knob=v1,v2 (repeatable): each value replayed on its own, the "
                                        "other settings as configured"),
+        candidate: list[Path] = typer.Option([], help="another configuration file replayed as it is, beside the "
+                                             "others (repeatable)"),
         evaluate: bool = typer.Option(False, help="vary each of " + "; ".join(DEFAULT_SWEEP)),
         batch_load: float = typer.Option(0.1, min=0, help="batch demand: mean requested batch CPU / node CPU"),
         online_memory_share: float = typer.Option(0.5, min=0, max=1, help="alibaba2018: share of the traced machine "
@@ -139,6 +141,11 @@ def register(app: typer.Typer, cli) -> None:
                 configs = expand(base, parse_sweep(list(sweep)))
             else:
                 configs = variations(base, parse_sweep((list(DEFAULT_SWEEP) if evaluate else []) + list(vary)))
+            from koordwhatif.config import load_config
+
+            configs += [load_config(path) for path in candidate]
+            if len({c.name for c in configs}) < len(configs):
+                raise ConfigError("two configurations have one name: give each --candidate file its own `name`")
             if mode not in ("fast", "real"):
                 raise ConfigError(f"--mode must be fast or real, not {mode!r}")
             spec, about = scn.spec_for(trace, history=history, nodes=nodes, seed=seed, batch_load=batch_load,

@@ -1,9 +1,9 @@
 """The what-if report: one table, a recommendation, the assumptions, JSON and two plots.
 
 The recommendation is the configuration that reclaims the most batch CPU (mean allocatable)
-among those whose online risk (node-minutes over the CPU suppress threshold, and over capacity)
-is no worse than the baseline's; a tie goes to fewer evictions. When none qualifies, the report
-says so and names the one with the least risk.
+among those that offer some (at least 1 % of node CPU) and whose online risk (node-minutes over
+the risk reference, and over CPU and memory capacity) is no worse than the baseline's; a tie goes
+to fewer evictions. When none qualifies, the report says so and names the one with the least risk.
 """
 
 from __future__ import annotations
@@ -103,34 +103,46 @@ def _risk(run: ConfigRun) -> tuple[float, float, float]:
             r["node_minutes_over_memory_capacity"])
 
 
+# a configuration must offer at least this much batch CPU (mean, % of node capacity) to be
+# recommended: offering nothing is always safe and never the answer
+MIN_RECLAIMED_PCT = 1.0
+
+
 def recommend(runs: Sequence[ConfigRun]) -> tuple[ConfigRun | None, str]:
     """(the recommended configuration, why), by the rule in the module doc."""
     base = next((r for r in runs if r.summary["baseline"]), None)
-    candidates = [r for r in runs if not r.summary["baseline"]]
-    if not candidates:
+
+    def reclaimed(r: ConfigRun) -> float:
+        return r.summary["reclaimed_cpu_pct"]["mean"] or 0.0
+
+    replayed = [r for r in runs if not r.summary["baseline"]]
+    if not replayed:
         return None, "no configuration was replayed"
+    candidates = [r for r in replayed if reclaimed(r) >= MIN_RECLAIMED_PCT]
+    if not candidates:
+        return None, f"no configuration offers batch capacity (at least {MIN_RECLAIMED_PCT:g} % of node CPU)"
     if base is None:
-        best = max(candidates, key=lambda r: r.summary["reclaimed_cpu_pct"]["mean"])
+        best = max(candidates, key=reclaimed)
         return best, "no baseline to compare risk with: the one that reclaims the most CPU"
     limit = _risk(base)
 
     def evictions(r: ConfigRun) -> int:
         return sum(r.summary["evictions"].values())
 
-    safe = [r for r in candidates if all(a <= b for a, b in zip(_risk(r), limit))]
+    safe = [r for r in candidates if all(a <= b for a, b in zip(_risk(r), limit, strict=True))]
     if safe:
-        best = max(safe, key=lambda r: (r.summary["reclaimed_cpu_pct"]["mean"], -evictions(r)))
-        rc = best.summary["reclaimed_cpu_pct"]["mean"]
+        best = max(safe, key=lambda r: (reclaimed(r), -evictions(r)))
         return best, (
-            f"it reclaims the most CPU ({rc:.1f} % of node capacity on average as batch allocatable) among the "
-            f"{len(safe)} of {len(candidates)} configurations whose online risk is no worse than without "
-            f"colocation ({limit[0]:.0f} node-minutes above {RISK_THRESHOLD_PCT:g} % CPU, {limit[1]:.0f} / {limit[2]:.0f} "
-            "over CPU / memory capacity)"
+            f"it reclaims the most CPU ({reclaimed(best):.1f} % of node capacity on average as batch allocatable) "
+            f"among the {len(safe)} of {len(candidates)} configurations offering batch whose online risk is no "
+            f"worse than without colocation ({limit[0]:.0f} node-minutes above {RISK_THRESHOLD_PCT:g} % CPU, "
+            f"{limit[1]:.0f} / {limit[2]:.0f} over CPU / memory capacity)"
         )
-    best = min(candidates, key=lambda r: (_risk(r), -r.summary["reclaimed_cpu_pct"]["mean"]))
+    best = min(candidates, key=lambda r: (_risk(r), -reclaimed(r)))
     return best, (
-        "no configuration keeps the online risk at the baseline's; this one has the least "
-        f"({_risk(best)[0]:.0f} node-minutes above {RISK_THRESHOLD_PCT:g} % CPU against {limit[0]:.0f} without colocation)"
+        "no configuration offering batch keeps the online risk at the baseline's; this one has the least "
+        f"({_risk(best)[0]:.0f} node-minutes above {RISK_THRESHOLD_PCT:g} % CPU against {limit[0]:.0f} without "
+        f"colocation) and reclaims {reclaimed(best):.1f} % of node CPU"
     )
 
 
