@@ -107,3 +107,5 @@ def test_online_risk_by_hand(tmp_path, node1_cpu, over, strict, core_hours):
     assert risk["core_hours_over_risk_threshold"] == pytest.approx(core_hours)
     assert risk["node_minutes_over_cpu_capacity"] == 0
     assert result.ledger.series("online_cpu").tolist() == [[float(node1_cpu), 2000.0]] * TICKS
+    # the online pods' memory and the system's: all the node holds without batch
+    assert result.ledger.series("online_mem").tolist() == [[20.0 * GIB, 8.0 * GIB]] * TICKS

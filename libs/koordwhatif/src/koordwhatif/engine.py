@@ -238,6 +238,7 @@ class Replay:
                 node_cpu=None if r is None else r.node[0],
                 pods={} if r is None else r.pods,
                 asked=self._asked.get(node.name, {}),
+                node_mem=None if r is None else r.node[1],
             ))  # fmt: skip
         ran = self.jobs.ran if self.jobs is not None else None
         self.ledger.observe(t_ms, ledger_row(ticks, batch_uids, self.suppress_pct, ran, self.tick_s))

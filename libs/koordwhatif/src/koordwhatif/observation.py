@@ -26,6 +26,7 @@ class NodeTick:
     node_cpu: float | None = None  # milli-cores the node ran in all (pods + system); None: no round
     pods: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # uid -> (cpu, memory) it ran
     asked: Mapping[str, float] = field(default_factory=dict)  # uid -> cpu it asked for before QoS
+    node_mem: float | None = None  # bytes the node held in all (pods + system); None: not known
 
 
 def ledger_row(ticks: Sequence[NodeTick], batch_uids: Mapping[str, str], suppress_pct: np.ndarray,
@@ -41,11 +42,12 @@ def ledger_row(ticks: Sequence[NodeTick], batch_uids: Mapping[str, str], suppres
         v["batch_alloc_mem"][i] = t.allocatable.get(batch_mem, 0)
         if t.node_cpu is None:
             continue
-        pods_cpu = 0.0
+        pods_cpu = pods_mem = 0.0
         for uid, (cpu, mem) in t.pods.items():
             if math.isnan(cpu):
                 continue
             pods_cpu += cpu
+            pods_mem += 0.0 if math.isnan(mem) else mem
             key = batch_uids.get(uid)
             if key is None:
                 v["online_cpu"][i] += cpu
@@ -58,6 +60,8 @@ def ledger_row(ticks: Sequence[NodeTick], batch_uids: Mapping[str, str], suppres
                     ran(key, cpu * tick_s * 1000)
         # what the node ran besides its pods (system) counts with the online load
         v["online_cpu"][i] += max(t.node_cpu - pods_cpu, 0.0)
+        if t.node_mem is not None:
+            v["online_mem"][i] += max(t.node_mem - pods_mem, 0.0)
     return v
 
 

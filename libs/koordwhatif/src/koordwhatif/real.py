@@ -423,12 +423,13 @@ class RealReplay:
             node_asked, measured = self._asked[node.name]
             sample = samples.get(node.name)
             if sample is not None:
-                node_cpu = float(sample.node_usage.cpu_milli)
+                node_cpu, node_mem = float(sample.node_usage.cpu_milli), float(sample.node_usage.memory_bytes)
                 ran = {p.uid: (float(p.usage.cpu_milli), float(p.usage.memory_bytes)) for p in sample.pods}
             else:  # no sample (an agent's first round): what the agent measured, nothing suppressed yet
                 self.estimated += 1
-                node_cpu, ran = node_asked, measured
-            rows.append(NodeTick(status[node.name], node_cpu, ran, {uid: c for uid, (c, _) in measured.items()}))
+                node_cpu, ran, node_mem = node_asked, measured, None
+            rows.append(NodeTick(status[node.name], node_cpu, ran, {uid: c for uid, (c, _) in measured.items()},
+                                 node_mem))
         self.ledger.observe(t_ms, ledger_row(rows, self._batch_uids, self.suppress_pct,
                                              self.jobs.ran if self.jobs is not None else None, self.tick_s))
 
