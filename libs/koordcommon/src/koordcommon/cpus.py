@@ -17,7 +17,7 @@ the node agent and the scheduler extender must agree on.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -274,15 +274,21 @@ def numa_topology_policy_of(annotations: dict[str, str]) -> str:
 # --------------------------------------------------------------------------- node annotations
 
 
-def _json_object(annotations: dict[str, str], key: str) -> dict:
+def json_annotation(annotations: Mapping[str, str], key: str) -> dict | None:
+    """An annotation holding a JSON object, or None when absent, malformed or not an object (a
+    malformed annotation overrides nothing)."""
     raw = annotations.get(key)
     if not raw:
-        return {}
+        return None
     try:
         value = json.loads(raw)
     except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _json_object(annotations: dict[str, str], key: str) -> dict:
+    return json_annotation(annotations, key) or {}
 
 
 def system_qos_cpus(annotations: dict[str, str]) -> frozenset[int]:

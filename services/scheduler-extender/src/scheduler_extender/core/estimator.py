@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import orjson
 from koordcommon import resources as rn
+from koordcommon.cpus import json_annotation
 from koordcommon.model import PriorityClass
 from koordcommon.records import PodRecord, ResourceList
 from koordcommon.resources import Resources
@@ -39,14 +39,7 @@ class EstimatorArgs:
 
 
 def _annotation_json(pod: PodRecord, key: str) -> dict | None:
-    raw = pod.annotations.get(key)
-    if not raw:
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None  # a malformed annotation overrides nothing
-    return value if isinstance(value, dict) else None
+    return json_annotation(pod.annotations, key)
 
 
 def pod_args(pod: PodRecord, args: EstimatorArgs) -> EstimatorArgs:

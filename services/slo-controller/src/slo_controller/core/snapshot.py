@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from koordcommon import resources as rn
+from koordcommon.cpus import CPUListError, parse_cpuset
 from koordcommon.model import DEFAULT_PRIORITY_VALUE, PriorityClass, QoSClass
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import NodeRecord, PodRecord
@@ -216,20 +217,10 @@ def _annotation_reserved(raw: str) -> tuple[int, int] | None:
 
 def cpuset_size(text: str) -> int | None:
     """Number of CPUs in a Linux cpuset list such as `0-3,8`; None when malformed."""
-    cpus: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi) if sep else int(lo)
-        except ValueError:
-            return None
-        if a < 0 or b < a:
-            return None
-        cpus.update(range(a, b + 1))
-    return len(cpus)
+    try:
+        return len(parse_cpuset(text))
+    except CPUListError:
+        return None
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
+from koordcommon.cpus import json_annotation
 from koordcommon.durations import DurationError, parse_duration_ms
 from koordcommon.model import is_prod
 from koordcommon.resources import ZERO, Resources
@@ -277,14 +277,7 @@ def _pct(v) -> int:
 
 
 def _annotation(view: NodeView) -> dict | None:
-    raw = view.record.annotations.get(ANNOTATION_USAGE_THRESHOLDS) if view.record is not None else None
-    if not raw:
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None  # a malformed annotation overrides nothing
-    return value if isinstance(value, dict) else None
+    return json_annotation(view.record.annotations, ANNOTATION_USAGE_THRESHOLDS) if view.record is not None else None
 
 
 # --------------------------------------------------------------------------- the percent check
