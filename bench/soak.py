@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
 import shutil
 import signal
@@ -277,7 +278,16 @@ async def run(args) -> int:
                     next_kill += args.kill_every
                 await asyncio.sleep(SAMPLE_EVERY_S)
             stop_load.set()
-            # drain: the collector's durable on the samples has nothing pending or unacked
+            await scrape(client)
+            memory.sample(processes(), time.monotonic())
+            # the node agents stop publishing (SIGTERM: their last samples go out), then the
+            # collector drains: its durable on the samples has nothing pending or unacked
+            agents = [r for r in launcher.running if r.spec.module == "node_agent"]
+            for r in agents:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(r.process.pid, signal.SIGTERM)
+            for r in agents:
+                await asyncio.to_thread(r.process.wait, 30)
             deadline = time.monotonic() + args.drain_timeout
             while True:
                 streams = await js.streams(client)
@@ -291,7 +301,6 @@ async def run(args) -> int:
                     break
                 await asyncio.sleep(1)
             await scrape(client)
-            memory.sample(processes(), time.monotonic())
         wall = time.monotonic() - t0
     finally:
         stop_load.set()
@@ -306,12 +315,8 @@ async def run(args) -> int:
             with contextlib.suppress(Exception):
                 await bus.close()
 
-    # ---- the figures (services stopped; NATS still up for the last accounting)
-    try:
-        async with httpx.AsyncClient() as client:
-            streams = await js.streams(client)
-    finally:
-        launcher.stop_nats()
+    # ---- the figures: JetStream's accounting once drained, the collector's rows once stopped
+    launcher.stop_nats()
     db = sqlite3.connect(workdir / "metrics-collector" / "metrics-collector.db")
     stored = db.execute("SELECT COUNT(*) FROM node_samples").fetchone()[0]
     twice = db.execute("SELECT COUNT(*) FROM (SELECT node, ts FROM node_samples GROUP BY node, ts "
