@@ -51,8 +51,17 @@ def stress_config() -> WhatIfConfig:
 
 @pytest.fixture(scope="module")
 def runs(nats_url):
+    """The real run, once more at half the speed when the processes did not keep pace.
+
+    A tick the machine could not keep (`RealRunResult.late`: an agent's round measured after
+    half a tick, at 40x under 0.8 wall seconds) measures a later window than the fast mode's;
+    the tolerances hold for runs that kept pace, and the run says when it did not. On a machine
+    busy with other work the second run, at 20x, has twice the slack.
+    """
     spec, cfg = small_trace(), stress_config()
     real = replay_real(spec, cfg, MINUTES * 60, 60, speed=SPEED, nats_url=nats_url)
+    if real.late:
+        real = replay_real(spec, cfg, MINUTES * 60, 60, speed=SPEED / 2, nats_url=nats_url)
     fast = replay(spec, cfg, MINUTES * 60, 60)
     return spec, cfg, fast, real
 
