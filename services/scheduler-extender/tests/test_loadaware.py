@@ -329,27 +329,38 @@ def test_per_pod_estimation_override(allow, annotation, expected):
     assert st.pod_info(p).estimate == expected
 
 
+AFTER_INIT = "scheduling.koordinator.sh/load-estimated-seconds-after-initialized"
+AFTER_SCHEDULED = "scheduling.koordinator.sh/load-estimated-seconds-after-pod-scheduled"
+
+
 @pytest.mark.parametrize(
-    "after_initialized, after_scheduled, annotation, expected_cpu",
+    "after_initialized, after_scheduled, allow, annotations, expected_cpu",
     [
-        (None, None, None, 10000),  # reported long ago: its usage is in the node's already
-        (300, None, None, 10000 + 2400),  # initialized 100 s before the metric: estimate counts in full
-        (60, None, None, 10000),  # that window ended before the metric
-        (None, 600, None, 10000),  # scheduled 700 s before the metric: 600 s window over
-        (None, 900, None, 10000 + 2400),
-        (None, None, "300", 10000),  # annotations count only when customisation is allowed
+        (None, None, False, {}, 10000),  # reported long ago: its usage is in the node's already
+        (300, None, False, {}, 10000 + 2400),  # initialized 100 s before the metric: estimate counts in full
+        (60, None, False, {}, 10000),  # that window ended before the metric
+        (None, 600, False, {}, 10000),  # scheduled 700 s before the metric: 600 s window over
+        (None, 900, False, {}, 10000 + 2400),
+        (None, None, False, {AFTER_INIT: "300"}, 10000),  # annotations count only when customisation is allowed
+        # allowCustomizeEstimation: the pod's windows replace the arguments'
+        (None, None, True, {AFTER_INIT: "300"}, 10000 + 2400),  # 100 s after Initialized, within 300 s
+        (300, None, True, {AFTER_INIT: "60"}, 10000),  # the pod's 60 s ended before the metric
+        (None, None, True, {AFTER_SCHEDULED: "900"}, 10000 + 2400),  # 700 s after PodScheduled, within 900 s
+        (None, 900, True, {AFTER_SCHEDULED: "600"}, 10000),
+        (None, 900, True, {AFTER_SCHEDULED: "ten minutes"}, 10000 + 2400),  # malformed: the argument's window
     ],
 )
-def test_estimation_windows(after_initialized, after_scheduled, annotation, expected_cpu):
+def test_estimation_windows(after_initialized, after_scheduled, allow, annotations, expected_cpu):
+    from scheduler_extender.core.estimator import EstimatorArgs
+
     args = LoadAwareArgs(
         estimated_seconds_after_initialized=after_initialized, estimated_seconds_after_pod_scheduled=after_scheduled
     )
-    st = make_state(ExtenderConfig(load=args))
+    st = make_state(ExtenderConfig(load=args, estimator=EstimatorArgs(allow_customize=allow)))
     st.apply_node(node("n"))
     p = guaranteed("p1", 4000, 8 * Gi, node="n", start_ms=T0 - 700_000)
     p.scheduled_ms, p.initialized_ms = T0 - 700_000, T0 - 100_000
-    if annotation:
-        p.annotations["scheduling.koordinator.sh/load-estimated-seconds-after-initialized"] = annotation
+    p.annotations.update(annotations)
     st.apply_pod(p, initial=True)
     st.apply_metric(metric("n", 10000, 8 * Gi, pods=[pod_metric("p1", 1000, Gi)]))
     assert st.plugin(LOAD_AWARE).load(st.view("n")).exist.cpu_milli == expected_cpu
