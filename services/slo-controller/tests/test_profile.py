@@ -163,6 +163,9 @@ def test_json_patch_escapes_and_adds_missing_maps():
         ({"koordinatorPriority": "high"}, "spec.koordinatorPriority must be an integer"),
         ({"selector": {"matchLabels": {"a": 1}}}, "spec.selector.matchLabels.a: must be a string"),
         ({"patch": ["x"]}, "spec.patch must be an object"),
+        # a field the spec does not have refuses the profile, named, never dropped
+        ({"qosClas": "BE"}, "unknown field spec.qosClas (did you mean qosClass?)"),
+        ({"qosClass": "BE", "nodeAffinity": {}}, "unknown field spec.nodeAffinity"),
     ],
 )
 def test_invalid_profiles_are_reported(spec, message):

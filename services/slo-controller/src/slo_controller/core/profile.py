@@ -9,6 +9,7 @@ and limits are rewritten to the tier's extended resources. The result is a JSON 
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import random
 from collections.abc import Callable, Mapping
@@ -27,6 +28,10 @@ ANNOTATION_SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
 ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 QOS_NAMES = tuple(q.value for q in QoSClass if q is not QoSClass.NONE)
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+# Every field of Koordinator's ClusterColocationProfileSpec; a spec field outside it refuses the profile.
+SPEC_FIELDS = ("namespaceSelector", "selector", "probability", "qosClass", "priorityClassName", "koordinatorPriority",
+               "labels", "annotations", "labelKeysMapping", "annotationKeysMapping", "labelSuffixes", "schedulerName",
+               "patch")
 
 
 class ProfileError(ValueError):
@@ -123,6 +128,13 @@ class ColocationProfile:
         spec = obj.get("spec") or {}
         if not isinstance(spec, Mapping):
             raise ProfileError(f"{where}: spec must be an object")
+        unknown = [k for k in spec if k not in SPEC_FIELDS]
+        if unknown:
+            named = []
+            for k in unknown:
+                close = difflib.get_close_matches(str(k), SPEC_FIELDS, n=1)
+                named.append(f"spec.{k}" + (f" (did you mean {close[0]}?)" if close else ""))
+            raise ProfileError(f"{where}: unknown field {', '.join(named)}")
         try:
             ns_sel = parse_selector(spec.get("namespaceSelector"), f"{where}: spec.namespaceSelector")
             sel = parse_selector(spec.get("selector"), f"{where}: spec.selector")
