@@ -525,3 +525,30 @@ def test_cpu_evict_by_node_usage_lower_and_window(lower, window_s, expected):
     extra = {k: v for k, v in (("cpuEvictLowerPercent", lower), ("cpuEvictTimeWindowSeconds", window_s)) if v}
     cfg = slo(cpuEvictThresholdPercent=70, evictEnabledPriorityThreshold=5999, **extra).resourceUsedThresholdWithBE
     assert cpu_evict.usage_release(st, cfg)[1] == expected
+
+
+@pytest.mark.parametrize(
+    "annotation, value, named, expected",
+    [
+        # cpuBurst: the share pool threshold is the node's (Koordinator's CPUBurstConfig has no such field)
+        ("koordinator.sh/cpuBurst", {"cpuBurstPercent": 200, "sharePoolThresholdPercent": 10},
+         "sharePoolThresholdPercent", ("cpuBurstPercent", 200, "sharePoolThresholdPercent", 50)),
+        ("koordinator.sh/cpuBurst", {"cpuBurstPercnt": 200}, "cpuBurstPercnt", ("cpuBurstPercent", 1000, "policy", "auto")),
+        # memoryQOS: `enable` is the policy's to say; a misspelt field is named, the others apply
+        ("koordinator.sh/memoryQOS", {"policy": "auto", "enable": False}, "enable", ("wmarkRatio", 95, "minLimitPercent", 0)),
+        ("koordinator.sh/memoryQOS", {"policy": "auto", "minLimitPercnt": 50, "lowLimitPercent": 10}, "minLimitPercnt",
+         ("minLimitPercent", 0, "lowLimitPercent", 10)),
+    ],
+)
+def test_pod_annotations_name_the_fields_they_do_not_honour(caplog, annotation, value, named, expected):
+    ps = pstate(info("web", qos="LS", cpu_req=100, mem_req=GI, mem_lim=2 * GI,
+                     annotations={annotation: json.dumps(value)}))
+    with caplog.at_level("WARNING", logger="koordcommon.annotations"):
+        if annotation == "koordinator.sh/cpuBurst":
+            cfg = cpu_burst.pod_config(ps, burst_slo(policy="auto").cpuBurstStrategy)
+        else:
+            cfg = memory_qos.class_config(ps, NodeSLOSpec())
+    f1, v1, f2, v2 = expected
+    assert (getattr(cfg, f1), getattr(cfg, f2)) == (v1, v2)
+    said = [r.getMessage() for r in caplog.records if r.name == "koordcommon.annotations"]
+    assert said and all(named in m and "not honoured" in m for m in said)

@@ -364,3 +364,40 @@ def test_estimation_windows(after_initialized, after_scheduled, allow, annotatio
     st.apply_pod(p, initial=True)
     st.apply_metric(metric("n", 10000, 8 * Gi, pods=[pod_metric("p1", 1000, Gi)]))
     assert st.plugin(LOAD_AWARE).load(st.view("n")).exist.cpu_milli == expected_cpu
+
+
+@pytest.mark.parametrize(
+    "annotation, named, expected",
+    [
+        # a threshold on a resource the filter does not judge, a misspelt part: named, the rest applies
+        ('{"usageThresholds":{"cpu":30,"nvidia.com/gpu":50}}', "usageThresholds.nvidia.com/gpu",
+         "node(s) cpu usage exceed threshold"),
+        ('{"usageThreshold":{"cpu":30}}', "usageThreshold", "pass"),
+        ('{"aggregatedUsage":{"usageThresholds":{"cpu":30},"usageAggregationType":"p95","scoreAggregationType":"avg"}}',
+         "aggregatedUsage.scoreAggregationType",  # no aggregated data, no duration: node usage, 36 % > 30
+         "node(s) cpu aggregated usage exceed threshold"),
+        ('{"usageThresholds":{"cpu":30}}', None, "node(s) cpu usage exceed threshold"),  # (8000 + 3400) / 32000
+    ],
+)
+def test_node_usage_thresholds_annotation_names_fields_it_does_not_honour(caplog, annotation, named, expected):
+    st = make_state()
+    st.apply_node(node("n", annotations={"scheduling.koordinator.sh/usage-thresholds": annotation}))
+    st.apply_metric(metric("n", 8000, 8 * Gi))
+    with caplog.at_level("WARNING", logger="koordcommon.annotations"):
+        assert reason(st) == expected
+    said = [r.getMessage() for r in caplog.records if r.name == "koordcommon.annotations"]
+    if named is None:
+        assert said == []
+    else:
+        assert said and all(named in m and "not honoured" in m for m in said)
+
+
+def test_scaling_factors_annotation_names_resources_it_does_not_estimate(caplog):
+    from scheduler_extender.core.estimator import EstimatorArgs
+
+    st = make_state(ExtenderConfig(estimator=EstimatorArgs(80, 80, allow_customize=True)))
+    ann = {"scheduling.koordinator.sh/load-estimated-scaling-factors": '{"cpu": 100, "ephemeral-storage": 50}'}
+    with caplog.at_level("WARNING", logger="koordcommon.annotations"):
+        got = st.pod_info(pod("ls2", 4000, 8 * Gi, priority=9999, annotations=ann)).estimate
+    assert got == Resources(4000, 6871947674)  # cpu 100 % applies; memory stays at 80 %
+    assert any("ephemeral-storage" in r.getMessage() for r in caplog.records if r.name == "koordcommon.annotations")

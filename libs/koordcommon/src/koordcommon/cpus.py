@@ -17,9 +17,10 @@ the node agent and the scheduler extender must agree on.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
 
 ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
@@ -274,9 +275,34 @@ def numa_topology_policy_of(annotations: dict[str, str]) -> str:
 # --------------------------------------------------------------------------- node annotations
 
 
-def json_annotation(annotations: Mapping[str, str], key: str) -> dict | None:
+# The fields a JSON-object annotation may have: a field name to None (any value) or to the shape of
+# the object it holds.
+AnnotationShape = Mapping[str, "AnnotationShape | None"]
+_log = logging.getLogger("koordcommon.annotations")
+
+
+def unknown_annotation_keys(doc: Mapping[str, Any], shape: AnnotationShape, at: str = "") -> list[str]:
+    """The paths (`a.b`) of the fields of `doc` outside `shape`."""
+    out: list[str] = []
+    for k, v in doc.items():
+        path = f"{at}.{k}" if at else str(k)
+        if k not in shape:
+            out.append(path)
+        elif isinstance(shape[k], Mapping) and isinstance(v, Mapping):
+            out.extend(unknown_annotation_keys(v, shape[k], path))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _named_once(key: str, unknown: tuple[str, ...]) -> None:
+    _log.warning("annotation fields not honoured, ignored: %s", ", ".join(unknown),
+                 extra={"annotation": key, "fields": list(unknown)})
+
+
+def json_annotation(annotations: Mapping[str, str], key: str, shape: AnnotationShape | None = None) -> dict | None:
     """An annotation holding a JSON object, or None when absent, malformed or not an object (a
-    malformed annotation overrides nothing)."""
+    malformed annotation overrides nothing). With `shape`, fields outside it are named in a
+    warning (once per annotation and set of fields) and have no effect."""
     raw = annotations.get(key)
     if not raw:
         return None
@@ -284,7 +310,11 @@ def json_annotation(annotations: Mapping[str, str], key: str) -> dict | None:
         value = json.loads(raw)
     except ValueError:
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    if shape is not None and (unknown := unknown_annotation_keys(value, shape)):
+        _named_once(key, tuple(unknown))
+    return value
 
 
 def _json_object(annotations: dict[str, str], key: str) -> dict:

@@ -39,7 +39,8 @@ class EstimatorArgs:
 
 
 def _annotation_json(pod: PodRecord, key: str) -> dict | None:
-    return json_annotation(pod.annotations, key)
+    # factors of resources other than cpu and memory are named in a warning
+    return json_annotation(pod.annotations, key, {"cpu": None, "memory": None})
 
 
 def pod_args(pod: PodRecord, args: EstimatorArgs) -> EstimatorArgs:

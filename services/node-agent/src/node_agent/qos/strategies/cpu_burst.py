@@ -27,8 +27,8 @@ A container whose quota is unlimited (-1) or unreadable is left alone.
 from __future__ import annotations
 
 import hashlib
-import json
 
+from koordcommon.cpus import json_annotation
 from koordcommon.model import QoSClass
 from koordcommon.schemas import CPUBurstStrategy, NodeSLOSpec
 
@@ -51,13 +51,18 @@ def eligible(p: PodState) -> bool:
     return p.raw_qos not in (QoSClass.LSR, QoSClass.LSE, QoSClass.BE) and p.info.phase in ("Pending", "Running")
 
 
+# Koordinator's CPUBurstConfig, what the annotation may set (the share pool threshold is the node's);
+# any other field is named in a warning.
+POD_FIELDS = {"policy": None, "cpuBurstPercent": None, "cfsQuotaBurstPercent": None, "cfsQuotaBurstPeriodSeconds": None}
+
+
 def pod_config(p: PodState, node: CPUBurstStrategy) -> CPUBurstStrategy:
     raw = p.info.annotation(ANNOTATION)
-    if not raw:
+    override = json_annotation({ANNOTATION: raw}, ANNOTATION, POD_FIELDS) if raw else None
+    if not override:
         return node
     try:
-        override = json.loads(raw)
-        return node.model_copy(update={k: v for k, v in override.items() if k in CPUBurstStrategy.model_fields})
+        return node.model_copy(update={k: v for k, v in override.items() if k in POD_FIELDS})
     except (ValueError, AttributeError, TypeError):
         return node
 

@@ -24,9 +24,9 @@ such pods and the QoS dirs are written).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from koordcommon.cpus import json_annotation
 from koordcommon.model import KubeQoS, QoSClass
 from koordcommon.schemas import MemoryQOS, NodeSLOSpec, ResourceQOS
 
@@ -66,15 +66,15 @@ def node_config(slo: NodeSLOSpec, cls: QoSClass) -> MemoryQOS:
     return cfg
 
 
+# Koordinator's PodMemoryQOSConfig: the policy and the memoryQOS fields (not `enable`: the policy says
+# that); any other field is named in a warning.
+POD_FIELDS = {"policy": None, **{k: None for k in MemoryQOS.model_fields if k != "enable"}}
+
+
 def annotation(p: PodState) -> dict[str, Any] | None:
+    """The pod's annotation as a JSON object; ignored when it does not parse."""
     raw = p.info.annotation(ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None  # ignored when it does not parse
-    return value if isinstance(value, dict) else None
+    return json_annotation({ANNOTATION: raw}, ANNOTATION, POD_FIELDS) if raw else None
 
 
 def class_config(p: PodState, slo: NodeSLOSpec) -> MemoryQOS:

@@ -276,8 +276,18 @@ def _pct(v) -> int:
     return max(0, min(100, int(v)))
 
 
+_RESOURCES = {"cpu": None, "memory": None}
+# What of the annotation is honoured; any other field (a threshold on another resource too) is named in a warning.
+USAGE_THRESHOLDS_SHAPE = {
+    "usageThresholds": _RESOURCES, "prodUsageThresholds": _RESOURCES,
+    "aggregatedUsage": {"usageThresholds": _RESOURCES, "usageAggregationType": None, "usageAggregatedDuration": None},
+}
+
+
 def _annotation(view: NodeView) -> dict | None:
-    return json_annotation(view.record.annotations, ANNOTATION_USAGE_THRESHOLDS) if view.record is not None else None
+    if view.record is None:
+        return None
+    return json_annotation(view.record.annotations, ANNOTATION_USAGE_THRESHOLDS, USAGE_THRESHOLDS_SHAPE)
 
 
 # --------------------------------------------------------------------------- the percent check
