@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import nats
 import pytest
@@ -65,8 +66,9 @@ def _sample(node: str) -> NodeMetricSample:
     return NodeMetricSample(node=node, node_usage=Resources(1000, 1 << 30), capacity=Resources(8000, 16 << 30))
 
 
-async def test_forged_metrics_for_another_node_are_refused_and_never_reach_the_collector(secured):
+async def test_forged_metrics_for_another_node_are_refused_and_never_reach_the_collector(secured, caplog):
     server, seeds, _ = secured
+    caplog.set_level(logging.WARNING, logger="koordcommon.bus")
     collector = await _bus(server, seeds["metrics-collector"], "metrics-collector")
     agent = await _bus(server, seeds["n1"], "node-agent", node="n1")
     try:
@@ -76,6 +78,9 @@ async def test_forged_metrics_for_another_node_are_refused_and_never_reach_the_c
         # another node's subject, with n1's credentials: the server refuses the publish
         with pytest.raises(BusError):
             await agent.publish(subjects.metrics("n2"), agent.stamp(_sample("n2")), retries=0)
+        # ... and the refusal is the server's: a permissions violation naming the forged subject
+        refusals = [r.getMessage() + " " + str(getattr(r, "error", "")) for r in caplog.records]
+        assert any("permissions violation" in t.lower() and f"{NS}.koord.metrics.n2" in t for t in refusals), refusals
         # ... and a sample naming n2 on n1's own subject is n1's subject still (the collector
         # keys rows by subject node; see test_bounds for the body/subject check)
         seen: list[str] = []
