@@ -578,11 +578,16 @@ def test_every_env_variable_is_a_setting_the_service_accepts(request, which, mon
         prefix = next(p for p in SETTINGS if any(k.startswith(p) for k in env))
         module, cls_name = SETTINGS[prefix]
         cls = getattr(importlib.import_module(module), cls_name)
+        plain = {var: field for field, var in cls.PLAIN_ENV.items()}  # NATS_URL, NATS_NKEY_SEED_FILE...
         for k in list(os.environ):
-            if k.startswith(prefix) or k in ("NATS_URL", "DATABASE_URL"):
+            if k.startswith(prefix) or k in plain:
                 monkeypatch.delenv(k)
         for k, v in env.items():
             if k in EXTRA_ENV or k in ("NATS_URL", "DATABASE_URL"):
+                continue
+            if k in plain:  # one of the un-prefixed settings every service shares
+                assert plain[k] in cls.model_fields, f"{k} is not a setting of {module}.{cls_name}"
+                monkeypatch.setenv(k, v)
                 continue
             assert k.startswith(prefix), f"{w['metadata']['name']}: {k} lacks the service prefix {prefix}"
             assert k[len(prefix) :].lower() in cls.model_fields, f"{k} is not a setting of {module}.{cls_name}"

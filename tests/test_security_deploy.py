@@ -78,6 +78,39 @@ def test_every_service_gets_its_identity_the_ca_tokenreview_and_the_extender_tls
             assert env["KOORD_EXTENDER_BIND_VERB"] == "true"
 
 
+def test_the_production_example_is_locked_down(helm, tmp_path):
+    """values-production.yaml: TLS to NATS and one identity per service, the NATS authorization
+    rendered from the installation's public keys, TokenReview on the APIs, and kube-scheduler
+    calling the extender over HTTPS with its client certificate."""
+    keys = tmp_path / "nats-keys.yaml"
+    keys.write_text(yaml.safe_dump({"nats": {"auth": {
+        "publicKeys": {s: f"U{s.upper().replace('-', '')}" for s in API_SERVICES},
+        "nodeAgents": {"node-1": "UNODE1"}}}}))  # fmt: skip
+    docs = render(helm, "-f", str(CHART / "values-production.yaml"), "-f", str(keys))
+    pods = _pod_specs(docs)
+    assert set(pods) == API_SERVICES | {"node-agent"}
+    for name, pod in pods.items():
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["NATS_URL"].startswith("tls://"), name
+        assert env["NATS_NKEY_SEED_FILE"] == "/etc/koord/nats/identity.nk", name
+        assert env["NATS_CA_FILE"] == "/etc/koord/nats-ca/ca.crt", name
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["nats-ca"]["secret"]["secretName"] == "koord-nats-ca", name
+        if name != "node-agent":
+            assert any(k.endswith("API_AUTH") and v == "tokenreview" for k, v in env.items()), name
+            assert volumes["nats-identity"]["secret"]["secretName"] == "koord-nats-identities", name
+    ext_env = {e["name"]: e.get("value") for e in pods["scheduler-extender"]["containers"][0]["env"]}
+    assert ext_env["KOORD_EXTENDER_HTTP_TLS_CLIENT_CA_FILE"] == "/etc/koord/extender-tls/ca.crt"
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("nats-authorization"))
+    users = json.loads(cm["data"]["authorization.conf"])["authorization"]["users"]
+    assert len(users) == len(API_SERVICES) + 1
+    sched = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("kube-scheduler-config"))
+    (ext,) = yaml.safe_load(sched["data"]["kube-scheduler-config.yaml"])["extenders"]
+    assert ext["urlPrefix"].startswith("https://") and ext["enableHTTPS"] is True
+    assert ext["tlsConfig"]["certFile"] and ext["tlsConfig"]["keyFile"] and ext["tlsConfig"]["caFile"]
+    assert ext["ignorable"] is True
+
+
 def test_extender_and_webhook_outages_are_chosen_deliberately():
     """kube-scheduler goes on without the extender (ignorable: load-aware placement is an
     optimisation; the in-tree fit still holds batch pods to the batch-* allocatable the
