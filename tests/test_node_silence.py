@@ -94,12 +94,19 @@ async def test_silent_agent_loses_batch_and_trust_and_skewed_metrics_are_refused
 
         await _until(both_offer, 30, "batch allocatable on both nodes")
 
-        # clock skew: an hour ahead of the simulated clock every receiver runs on
-        await bus.publish(subjects.nodemetric(talking), bus.stamp(NodeMetric(
-            node=talking, ts=sim.now_ms() + 3_600_000, capacity=Resources(32000, 128 * GI),
-            node_usage=Resources(31000, 120 * GI))))
-
         async with httpx.AsyncClient(timeout=5) as http:
+            async def extender_follows_both() -> bool:
+                return (await http.get(ext_url + "/api/v1/summary")).json().get("metrics") == 2
+
+            # The extender's tail starts at each node's last NodeMetric: a skewed one published
+            # before it follows the stream would be superseded by the next good one, never seen.
+            await _until(extender_follows_both, 30, "the extender following both nodes' NodeMetrics")
+
+            # clock skew: an hour ahead of the simulated clock every receiver runs on
+            await bus.publish(subjects.nodemetric(talking), bus.stamp(NodeMetric(
+                node=talking, ts=sim.now_ms() + 3_600_000, capacity=Resources(32000, 128 * GI),
+                node_usage=Resources(31000, 120 * GI))))
+
             async def skew_counted() -> bool:
                 texts = [(await http.get(u + "/metrics")).text for u in (slo_url, ext_url)]
                 return all('reason_kind="clock_skew"' in t for t in texts)
