@@ -111,22 +111,18 @@ class Executor:
         events: list[Event] = []
         refused: list[CgroupWrite] = []
         tally: dict[tuple[str, str], int] = {}  # (strategy, outcome) -> writes, counted once a round
+        stamp = {} if now_ms is None else {"ts": now_ms}  # the events carry the round's time
         for w in writes:
-            if not self._one(w, events, retry=False, tally=tally):
+            if not self._one(w, events, False, tally, stamp):
                 refused.append(w)
         for w in refused:  # an ordering the kernel refused (child wider than parent) settles now
-            self._one(w, events, retry=True, tally=tally)
+            self._one(w, events, True, tally, stamp)
         for (strategy, outcome), n in tally.items():
             _counted(strategy, outcome).inc(n)
-        if now_ms is not None:
-            for e in events:
-                e.ts = now_ms
         return events
 
-    def _one(self, w: CgroupWrite, events: list[Event], retry: bool, tally: dict[tuple[str, str], int]) -> bool:
-        def count(outcome: str) -> None:
-            tally[(w.strategy, outcome)] = tally.get((w.strategy, outcome), 0) + 1
-
+    def _one(self, w: CgroupWrite, events: list[Event], retry: bool, tally: dict[tuple[str, str], int],
+             stamp: dict) -> bool:
         try:
             if self.dry_run:
                 current = self.files.read(w.rel, w.resource)
@@ -134,37 +130,39 @@ class Executor:
             else:
                 change = self.files.write(w.rel, w.resource, w.value)
         except CgroupPathError:
-            count("refused")  # and logged once, where it was refused (collect.cgroups.refused)
-            return True
+            outcome = "refused"  # and logged once, where it was refused (collect.cgroups.refused)
         except UnsupportedFile:
-            count("unsupported")
+            outcome = "unsupported"
             if w.resource not in self.unsupported:
                 self.unsupported.add(w.resource)
                 log.warning("cgroup file not supported by this kernel; skipped",
                             extra={"file": w.resource, "strategy": w.strategy})
                 events.append(Event(kind=subjects.EVENT_QOS, node=self.node, action="unsupported", reason=w.resource,
-                                    target={"path": w.rel, "file": w.resource}, details={"strategy": w.strategy}))
-            return True
+                                    target={"path": w.rel, "file": w.resource}, details={"strategy": w.strategy},
+                                    **stamp))  # fmt: skip
         except OSError as exc:
             if not retry:
                 return False
-            count("error")
+            outcome = "error"
             log.warning("cgroup write failed", extra={"dir": w.rel, "file": w.resource, "error": str(exc)})
-            return True
-        if change is None:
-            count("unchanged")
-            return True
-        count("dry_run" if self.dry_run else "written")
-        old, new = change
-        events.append(
-            Event(
-                kind=subjects.EVENT_QOS,
-                node=self.node,
-                action=w.strategy,
-                reason=f"{w.resource} {old} -> {new}",
-                dry_run=self.dry_run,
-                target={"path": w.rel, "file": w.resource, "level": w.level},
-                details={"old": old, "new": new, "value": w.value, **({"inputs": w.inputs} if w.inputs else {})},
-            )
-        )
+        else:
+            if change is None:
+                outcome = "unchanged"
+            else:
+                outcome = "dry_run" if self.dry_run else "written"
+                old, new = change
+                events.append(
+                    Event(
+                        kind=subjects.EVENT_QOS,
+                        node=self.node,
+                        action=w.strategy,
+                        reason=f"{w.resource} {old} -> {new}",
+                        dry_run=self.dry_run,
+                        target={"path": w.rel, "file": w.resource, "level": w.level},
+                        details={"old": old, "new": new, "value": w.value, **({"inputs": w.inputs} if w.inputs else {})},
+                        **stamp,
+                    )
+                )
+        key = (w.strategy, outcome)
+        tally[key] = tally.get(key, 0) + 1
         return True

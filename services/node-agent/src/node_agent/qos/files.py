@@ -157,14 +157,18 @@ class MemoryCgroupFiles:
         }
 
     def read(self, rel: str, resource: str) -> str | None:
-        return self.values.get((rel, resource), self.defaults.get(resource))
+        value = self.values.get((rel, resource))
+        return self.defaults.get(resource) if value is None else value
 
     def write(self, rel: str, resource: str, value: int | str) -> tuple[str, str] | None:
-        old = self.read(rel, resource)
+        key = (rel, resource)
+        old = self.values.get(key)
+        if old is None:
+            old = self.defaults.get(resource)
         new = str(value)
         if old == new:
             return None
-        self.values[(rel, resource)] = new
+        self.values[key] = new
         return old or "", new
 
     def forget_under(self, rel_prefix: str) -> None:

@@ -16,7 +16,6 @@ The cfsQuota policy turns it into the besteffort dir's quota (at least 2000 us, 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from koordcommon.schemas import NodeSLOSpec, ResourceThresholdStrategy
@@ -77,34 +76,47 @@ def be_dirs(state: QoSState) -> list[tuple[int, str]]:
     return out
 
 
-def _cpuset_writes(state: QoSState, new: list[int], depths: tuple[int, ...] = (0, 1, 2)) -> list[CgroupWrite]:
+def _cpuset_writes(state: QoSState, new: list[int], depths: tuple[int, ...] = (0, 1, 2),
+                   inputs: dict | None = None) -> list[CgroupWrite]:
     """Union top-down first, then the new set bottom-up, so no child is ever wider than its parent."""
-    union, exact = _cpuset_steps(state, new, depths)
+    union, exact = _cpuset_steps(state, new, depths, inputs)
     return union + exact
 
 
-def _cpuset_steps(state: QoSState, new: list[int], depths: tuple[int, ...]
+_LEVELS = ("qos", "pod", "container")
+
+
+def _cpuset_steps(state: QoSState, new: list[int], depths: tuple[int, ...], inputs: dict | None = None
                   ) -> tuple[list[CgroupWrite], list[CgroupWrite]]:
     """(the union of old and new, top-down; the new set, bottom-up) for the BE dirs at `depths`
-    (0 the besteffort dir, 1 pods, 2 containers)."""
+    (0 the besteffort dir, 1 pods, 2 containers); `inputs`: what the writes explain themselves by."""
     writes = []
     new_s, new_set = format_cpuset(new), set(new)
+    extra = {} if inputs is None else {"inputs": inputs}
     dirs = [(d, rel) for d, rel in be_dirs(state) if d in depths]
     stale = []  # the dirs not holding the new set yet
+    unions: dict[str, str | None] = {}  # old text -> the union to widen to first (None: no widening)
     for depth, rel in dirs:
         old = state.read(rel, "cpuset.cpus") or ""
         if old == new_s:
             continue  # already the new set: nothing to widen or narrow
         stale.append((depth, rel))
-        try:
-            old_set = set(parse_cpuset(old))
-        except ValueError:
-            continue  # unreadable: the exact write below sets it
-        union = old_set | new_set
-        if union != new_set and union != old_set:
-            writes.append(CgroupWrite(rel, "cpuset.cpus", format_cpuset(union), NAME, ("qos", "pod", "container")[depth]))
-    exact = [CgroupWrite(rel, "cpuset.cpus", new_s, NAME, ("qos", "pod", "container")[depth])
-             for depth, rel in reversed(stale)]
+        if old in unions:
+            union_s = unions[old]
+        else:
+            union_s = None
+            try:
+                old_set = set(parse_cpuset(old))
+            except ValueError:
+                old_set = None  # unreadable: the exact write below sets it
+            if old_set is not None:
+                union = old_set | new_set
+                if union != new_set and union != old_set:
+                    union_s = format_cpuset(union)
+            unions[old] = union_s
+        if union_s is not None:
+            writes.append(CgroupWrite(rel, "cpuset.cpus", union_s, NAME, _LEVELS[depth], **extra))
+    exact = [CgroupWrite(rel, "cpuset.cpus", new_s, NAME, _LEVELS[depth], **extra) for depth, rel in reversed(stale)]
     return writes, exact
 
 
@@ -119,15 +131,18 @@ def _int(text: str | None, default: int) -> int:
 
 def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
     cfg = slo.resourceUsedThresholdWithBE
-    full = full_be_cpuset(state)
     if not cfg.enable:
-        return [CgroupWrite(state.be_dir, "cpu.cfs_quota_us", -1, NAME, "qos")] + _cpuset_writes(state, full)
+        return ([CgroupWrite(state.be_dir, "cpu.cfs_quota_us", -1, NAME, "qos")]
+                + _cpuset_writes(state, full_be_cpuset(state)))  # fmt: skip
     inputs: dict = {}
     suppress = suppress_milli(state, cfg.cpuSuppressThresholdPercent, cfg.cpuSuppressMinPercent, inputs)
-    return [dataclasses.replace(w, inputs=inputs) for w in _suppress_writes(state, cfg, suppress, full)]
+    return _suppress_writes(state, cfg, suppress, inputs)
 
 
-def _suppress_writes(state: QoSState, cfg: ResourceThresholdStrategy, suppress: int, full: list[int]) -> list[CgroupWrite]:
+def _suppress_writes(state: QoSState, cfg: ResourceThresholdStrategy, suppress: int, inputs: dict
+                     ) -> list[CgroupWrite]:
+    """The writes of the policy, each carrying `inputs`; the full BE cpuset is derived only
+    where the policy writes it (cfsQuota, the static CPU manager's parents)."""
     cap_cores = state.capacity.cpu_milli // 1000
     if cfg.cpuSuppressPolicy == "cfsQuota":
         new = max(suppress * CFS_PERIOD_US // 1000, BE_MIN_QUOTA)
@@ -138,8 +153,8 @@ def _suppress_writes(state: QoSState, cfg: ResourceThresholdStrategy, suppress: 
             max_inc = int(cap_cores * CFS_PERIOD_US * 0.1)
             if new - cur > max_inc and cur != -1:
                 new = cur + max_inc
-            writes.append(CgroupWrite(state.be_dir, "cpu.cfs_quota_us", new, NAME, "qos"))
-        return writes + _cpuset_writes(state, full)
+            writes.append(CgroupWrite(state.be_dir, "cpu.cfs_quota_us", new, NAME, "qos", inputs))
+        return writes + _cpuset_writes(state, full_be_cpuset(state), inputs=inputs)
     # cpuset policy
     old = parse_cpuset(state.read(state.be_dir, "cpuset.cpus") or "")
     owner: dict[int, str] = {}
@@ -162,8 +177,8 @@ def _suppress_writes(state: QoSState, cfg: ResourceThresholdStrategy, suppress: 
     if state.kubelet_cpu_policy == "static":
         # the kubelet owns the pod-level cpusets: they keep the full BE set, only containers are narrowed
         # (parents widened first and narrowed last, so a container never holds a CPU its pod lacks)
-        widen, narrow = _cpuset_steps(state, full, (0, 1))
-        writes = widen + _cpuset_writes(state, chosen, (2,)) + narrow
+        widen, narrow = _cpuset_steps(state, full_be_cpuset(state), (0, 1), inputs)
+        writes = widen + _cpuset_writes(state, chosen, (2,), inputs) + narrow
     else:
-        writes = _cpuset_writes(state, chosen)
-    return writes + [CgroupWrite(state.be_dir, "cpu.cfs_quota_us", -1, NAME, "qos")]
+        writes = _cpuset_writes(state, chosen, inputs=inputs)
+    return writes + [CgroupWrite(state.be_dir, "cpu.cfs_quota_us", -1, NAME, "qos", inputs)]
