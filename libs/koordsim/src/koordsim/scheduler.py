@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Self
 
 import httpx
@@ -290,10 +291,12 @@ class ExtenderScheduler:
         verdicts: dict[tuple, tuple[int, _Asks | None]] = {}  # signature -> (failures checked, blocker)
         for mine, pod in queue:
             if self.skip_dominated:
-                checked, blocker = verdicts.get(mine.signature, (0, None))
+                signature = mine.signature
+                checked, blocker = verdicts.get(signature, (0, None))
                 if blocker is None:
-                    blocker = next((f for f in failed[checked:] if mine.dominates(f)), None)
-                    verdicts[mine.signature] = (len(failed), blocker)
+                    if checked < len(failed):
+                        blocker = next((f for f in failed[checked:] if mine.dominates(f)), None)
+                    verdicts[signature] = (len(failed), blocker)
                 if blocker is not None:
                     continue  # not tried: a pod asking no more was unschedulable in this pass
             res = await self._cycle(pod, nodes, requested, nonzero)
@@ -392,14 +395,19 @@ class _Asks:
         return cls(pod.key, order, pod.priority_class.value, tuple(sorted(pod.requests().items())),
                    tuple(sorted(pod.limits().items())))
 
-    @property
+    @cached_property
     def signature(self) -> tuple:
         """Pods with the same signature ask the same: one's verdict is the other's."""
         return (self.cls, self.requests, self.limits)
+
+    @cached_property
+    def _asked(self) -> tuple[ResourceList, ResourceList]:
+        """(requests, limits) as maps: an _Asks lives as long as its pod waits unchanged."""
+        return dict(self.requests), dict(self.limits)
 
     def dominates(self, other: _Asks) -> bool:
         """Of the same class and asking at least as much as `other`, every request and limit."""
         if self.cls != other.cls:
             return False
-        req, lim = dict(self.requests), dict(self.limits)
+        req, lim = self._asked
         return all(req.get(k, 0) >= v for k, v in other.requests) and all(lim.get(k, 0) >= v for k, v in other.limits)
