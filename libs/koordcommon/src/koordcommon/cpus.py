@@ -47,7 +47,8 @@ class CPUListError(ValueError):
 def parse_cpuset(text: str) -> list[int]:
     """`0-3,8` -> [0, 1, 2, 3, 8] (sorted, each once); "" -> []."""
     out: set[int] = set()
-    for part in text.strip().split(","):
+    parts = text.strip().split(",")
+    for part in parts:
         part = part.strip()
         if not part:
             continue
@@ -58,6 +59,8 @@ def parse_cpuset(text: str) -> list[int]:
             raise CPUListError(f"bad cpu list {text!r}") from None
         if a < 0 or b < a or b >= MAX_CPUS:
             raise CPUListError(f"bad cpu range {part!r}")
+        if len(parts) == 1:
+            return list(range(a, b + 1))  # one range: already sorted, each once
         out.update(range(a, b + 1))
     return sorted(out)
 
@@ -75,13 +78,16 @@ def cpus_of(text: Any) -> frozenset[int]:
 def format_cpuset(cpus: Iterable[int]) -> str:
     """Canonical range form: `2-4`, `0,4-5`."""
     ordered = sorted(set(cpus))
-    parts, i = [], 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
+    if not ordered:
+        return ""
+    parts = []
+    first = last = ordered[0]
+    for c in ordered:
+        if c - last > 1:  # a gap closes the range [first, last]
+            parts.append(str(first) if first == last else f"{first}-{last}")
+            first = c
+        last = c
+    parts.append(str(first) if first == last else f"{first}-{last}")
     return ",".join(parts)
 
 
@@ -147,6 +153,10 @@ class Topology:
         return sorted({self.by_id[c].node for c in cpus if c in self.by_id})
 
     def ids(self) -> frozenset[int]:
+        return self._ids
+
+    @cached_property
+    def _ids(self) -> frozenset[int]:
         return frozenset(self.by_id)
 
     @classmethod
@@ -359,12 +369,12 @@ class NodeCPUs:
 
     def share_pool(self) -> list[int]:
         taken = self.never_allocated() | set(self.bound)
-        return sorted(c for c in self.topology.ids() if c not in taken)
+        return sorted(self.topology.ids() - taken)
 
     def be_pool(self) -> list[int]:
         lse = {c for c, q in self.bound.items() if q == "LSE"}
         taken = self.never_allocated() | lse
-        return sorted(c for c in self.topology.ids() if c not in taken)
+        return sorted(self.topology.ids() - taken)
 
     def allocatable(self) -> frozenset[int]:
         """CPUs the scheduler may still bind exclusively."""
