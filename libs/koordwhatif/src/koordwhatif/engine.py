@@ -29,6 +29,7 @@ next step. `real.py` runs the same as processes over NATS.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import time
 from collections.abc import Callable
@@ -248,6 +249,12 @@ class Replay:
     async def run(self) -> RunResult:
         started = time.perf_counter()
         await self._build()
+        thresholds = gc.get_threshold()
+        # the services' collector settings (koordcommon.service.tune_gc): what was built lives
+        # to the end of the run, frozen out of the collector's reach, and collections are rarer
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 50)
         try:
             t0 = self.clock.ms
             for k in range(1, self.ticks + 1):
@@ -257,6 +264,8 @@ class Replay:
             if self.jobs is not None:
                 self.ledger.pods = self.jobs.lives(self.clock.ms)
         finally:
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
             await self._close()
         assumptions = list(getattr(self.cluster.state, "assumptions", []) or [])
         if self.jobs is not None:
