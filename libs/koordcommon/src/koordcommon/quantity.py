@@ -335,8 +335,10 @@ def _resource_int(raw: str | float | None, milli: bool) -> int:
     return q.milli_value() if milli else q.value()
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
 def format_quantity(name: str, value: int) -> str:
-    """The canonical Kubernetes string of one integer resource value."""
+    """The canonical Kubernetes string of one integer resource value; the same few values come
+    back in every pod of a cluster, and the exact formatting is costly."""
     if rn.is_milli_resource(name):
         return Quantity.from_milli(value, DecimalSI).canonical()
     if is_binary_resource(name):
