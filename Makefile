@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PACKAGES := libs/koordcommon libs/koordsim libs/koordctl libs/koordwhatif $(wildcard services/*)
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 
-.PHONY: dev demo test bench lint clean
+.PHONY: dev demo test whatif bench lint clean
 
 dev: $(VENV)/.installed
 
@@ -23,6 +23,11 @@ demo: dev
 
 test: dev
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The what-if evaluation on the 14 Alibaba 2018 machines (8 days): the default configuration, the
+# evaluation's sweep and the candidate beside the no-colocation baseline (README: What-if replay)
+whatif: dev
+	$(BIN)/koordctl whatif --evaluate --candidate deploy/config/whatif/quota-suppress-63.yaml $(WHATIF_ARGS)
 
 bench: dev
 	for b in bench/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
