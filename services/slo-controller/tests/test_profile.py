@@ -154,6 +154,17 @@ def test_json_patch_escapes_and_adds_missing_maps():
     assert jsonpatch.apply_patch(new, json_patch(new, labelled)) == labelled
 
 
+def test_controller_managed_label_is_reported_not_supported_and_the_profile_still_admits():
+    managed = profile("managed", qosClass="BE")
+    managed["metadata"]["labels"] = {"config.koordinator.sh/controller-managed": "true"}
+    plain = profile("plain", qosClass="LS")
+    plain["metadata"]["labels"] = {"config.koordinator.sh/controller-managed": "false"}
+    profiles, errors = parse_profiles([managed, plain])
+    assert [p.name for p in profiles] == ["managed", "plain"]
+    assert errors == [("ClusterColocationProfile managed: label config.koordinator.sh/controller-managed is not "
+                       "supported: the profile applies to pods when they are admitted, not to pods already created")]
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [

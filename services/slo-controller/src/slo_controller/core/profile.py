@@ -25,6 +25,9 @@ from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
 from .patching import json_patch, strategic_merge
 
 ANNOTATION_SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
+# Koordinator's profile controller also applies a profile so labelled to pods already created;
+# here profiles apply when a pod is admitted only, so the label is reported as not supported.
+LABEL_CONTROLLER_MANAGED = "config.koordinator.sh/controller-managed"
 ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 QOS_NAMES = tuple(q.value for q in QoSClass if q is not QoSClass.NONE)
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
@@ -182,9 +185,15 @@ def parse_profiles(objs: list[Any]) -> tuple[list[ColocationProfile], list[str]]
     profiles, errors = [], []
     for obj in objs:
         try:
-            profiles.append(ColocationProfile.from_object(obj))
+            p = ColocationProfile.from_object(obj)
         except ProfileError as e:
             errors.append(str(e))
+            continue
+        profiles.append(p)
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if isinstance(labels, Mapping) and str(labels.get(LABEL_CONTROLLER_MANAGED, "")).lower() == "true":
+            errors.append(f"ClusterColocationProfile {p.name}: label {LABEL_CONTROLLER_MANAGED} is not supported: "
+                          "the profile applies to pods when they are admitted, not to pods already created")
     profiles.sort(key=lambda p: p.name)
     return profiles, errors
 
