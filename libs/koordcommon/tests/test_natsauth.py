@@ -209,3 +209,30 @@ def test_permissions_are_templates_of_one_table():
     table = natsauth.permissions_table()
     assert table["node-agent"]["publish"]["allow"][0] == "{ns}.koord.metrics.{node}"
     json.dumps(table)
+
+
+@pytest.mark.parametrize(
+    "routes,expected_routes",
+    [
+        (["nats", "nats-2", "nats-3"], ["tls://koord-route:p%2Fw%40x@nats:6222", "tls://koord-route:p%2Fw%40x@nats-2:6222",
+                                        "tls://koord-route:p%2Fw%40x@nats-3:6222"]),
+        (["127.0.0.1:7001", "10.0.0.2"], ["tls://koord-route:p%2Fw%40x@127.0.0.1:7001",
+                                          "tls://koord-route:p%2Fw%40x@10.0.0.2:6222"]),
+    ],
+)  # fmt: skip
+def test_the_cluster_block_admits_only_the_route_user_over_verified_tls(routes, expected_routes):
+    """Routes carry the credential (URL-quoted) to each server's route port; the block admits only
+    that user, over TLS verified against the CA; the credential never shows in its repr."""
+    creds = natsauth.RouteCredentials("p/w@x", "/s/nats-route.crt", "/s/nats-route.key", "/s/ca.crt")
+    block = natsauth.cluster_config("koord", routes, creds)
+    assert block == {
+        "name": "koord",
+        "listen": "0.0.0.0:6222",
+        "authorization": {"user": "koord-route", "password": "p/w@x", "timeout": 2},
+        "tls": {"cert_file": "/s/nats-route.crt", "key_file": "/s/nats-route.key", "ca_file": "/s/ca.crt",
+                "verify": True, "timeout": 2},
+        "routes": expected_routes,
+    }  # fmt: skip
+    assert "p/w@x" not in repr(creds)
+    assert natsauth.server_config([], cluster=block)["cluster"] is block
+    assert "cluster" not in natsauth.server_config([])

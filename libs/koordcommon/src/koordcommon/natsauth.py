@@ -17,6 +17,11 @@ calls their code makes, on their own streams.
 `koordctl secure init` (and the embedded demo) writes a server configuration from this table;
 the Helm chart renders the same permissions from `permissions.json`, generated from here and
 held equal by a test.
+
+A cluster's servers talk to each other on their route port, where no nkey user applies: a
+process that joins as a server would see and send every subject. The `cluster` block closes it:
+routes only over TLS verified both ways against the installation's CA (each server presents a
+certificate for client and server use) and only with the route credential (`RouteCredentials`).
 """
 
 from __future__ import annotations
@@ -30,15 +35,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from . import subjects
 from .certs import write_secret
 
 __all__ = [
     "ROLES",
+    "ROUTE_USER",
     "BusCredentials",
     "Identity",
     "Role",
+    "RouteCredentials",
+    "cluster_config",
     "new_seed",
     "permissions",
     "public_key",
@@ -228,9 +237,11 @@ def server_config(
     tls: tuple[str, str] | None = None,
     store_dir: str | None = None,
     listen: str | None = None,
+    cluster: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A nats-server configuration (JSON, which the server's parser reads) that admits exactly
-    these identities with their roles' permissions; TLS when given (cert file, key file)."""
+    these identities with their roles' permissions; TLS when given (cert file, key file); the
+    routes to the other servers of a cluster when given (`cluster_config`)."""
     conf: dict[str, Any] = {"authorization": {"users": [i.user(namespace, sim) for i in identities]}}
     if tls is not None:
         conf["tls"] = {"cert_file": tls[0], "key_file": tls[1]}
@@ -238,7 +249,51 @@ def server_config(
         conf["jetstream"] = {"store_dir": store_dir}
     if listen is not None:
         conf["listen"] = listen
+    if cluster is not None:
+        conf["cluster"] = cluster
     return conf
+
+
+ROUTE_USER = "koord-route"
+ROUTE_PORT = 6222
+
+
+@dataclass(frozen=True)
+class RouteCredentials:
+    """What one server of a cluster shows another on the route port: the shared route password
+    and a certificate (client and server use) signed by the CA every server verifies against.
+    Every server holds the same; a process without them is refused before it can subscribe."""
+
+    password: str
+    cert_file: str
+    key_file: str
+    ca_file: str
+    user: str = ROUTE_USER
+
+    def __repr__(self) -> str:  # never the password in a log line or a traceback
+        return f"RouteCredentials(user={self.user!r}, cert_file={self.cert_file!r}, password=***)"
+
+
+def route_address(host: str) -> str:
+    """`host` or `host:port` as host:port (the route port by default)."""
+    return host if ":" in host else f"{host}:{ROUTE_PORT}"
+
+
+def cluster_config(
+    name: str, routes: Iterable[str], credentials: RouteCredentials, listen: str = f"0.0.0.0:{ROUTE_PORT}"
+) -> dict[str, Any]:
+    """The `cluster` block of a server: listen on the route port, admit only the route user over
+    mutually verified TLS, and route to every server in `routes` (host or host:port). One block
+    serves every server: each may list itself, a route to itself is dropped by the server."""
+    c = credentials
+    userinfo = f"{quote(c.user, safe='')}:{quote(c.password, safe='')}@"
+    return {
+        "name": name,
+        "listen": listen,
+        "authorization": {"user": c.user, "password": c.password, "timeout": 2},
+        "tls": {"cert_file": c.cert_file, "key_file": c.key_file, "ca_file": c.ca_file, "verify": True, "timeout": 2},
+        "routes": [f"tls://{userinfo}{route_address(r)}" for r in routes],
+    }
 
 
 def permissions_table(sim: bool = False) -> dict[str, Any]:

@@ -240,9 +240,14 @@ def secure_init(
     sim: bool = typer.Option(True, help="the installation runs on the simulated cluster"),
     keep: bool = typer.Option(True, help="leave an existing set of secrets as it is"),
     owner: str = typer.Option("", help="UID[:GID] the files are handed to (compose: the services' user)"),
+    route: list[str] = typer.Option(
+        [], "--route", help="a server of the NATS cluster, HOST[:PORT] of its route port (repeatable, each server)"
+    ),
+    cluster_name: str = typer.Option("koord", help="name of the NATS cluster (with --route)"),
 ):
     """Write an installation's credentials: an nkey seed per service, a CA and the NATS server's
-    certificate, the server configuration with every service's permissions, the API token."""
+    certificate, the server configuration with every service's permissions, the API token; with
+    --route, the cluster's route password and certificate and the routes in the configuration."""
     from .secure import hand_over, init_secrets, parse_owner
 
     try:
@@ -252,8 +257,11 @@ def secure_init(
     if keep and (out / "nats-server.conf").exists():
         typer.echo(f"{out}: secrets exist, kept")
     else:
-        secrets = init_secrets(out, namespace, sim, tuple(host), store_dir or None, mounted_at or None)
-        typer.echo(f"wrote {secrets.dir}: nats-server.conf, ca.crt, nats-server.crt/.key, <service>.nk, api-token")
+        secrets = init_secrets(
+            out, namespace, sim, tuple(host), store_dir or None, mounted_at or None, tuple(route), cluster_name
+        )
+        cluster = ", nats-route.crt/.key, nats-route.password" if secrets.route_password_file else ""
+        typer.echo(f"wrote {secrets.dir}: nats-server.conf, ca.crt, nats-server.crt/.key, <service>.nk, api-token{cluster}")
     if uid is not None:
         hand_over(out, uid, gid)
 
