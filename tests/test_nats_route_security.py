@@ -153,19 +153,22 @@ def test_a_server_without_the_route_credentials_never_joins(secured, tmp_path):
         intruder(tmp_path, "plain", target) as (plain_monitor, plain_log),
         intruder(tmp_path, "certified", target, certified) as (cert_monitor, cert_log),
     ):
+        # who was refused, the log that says so, and how: s0 cuts the plain one at the TLS
+        # handshake; it answers the certified one's CONNECT with the protocol's -ERR
+        refusals = {
+            "plain": (member_log, "tls route handshake error"),
+            "certified": (cert_log, "'authorization violation'"),
+        }
+
+        def refused() -> dict[str, bool]:
+            return {who: text in log.read_text(errors="replace").lower() for who, (log, text) in refusals.items()}
+
         deadline = time.monotonic() + REFUSAL_WAIT_S
-        refusals = {"plain": "TLS route handshake error", "certified": 'authentication error - User "koord-route"'}
-        while time.monotonic() < deadline:
-            text = member_log.read_text(errors="replace").lower()
-            if all(r.lower() in text for r in refusals.values()):
-                break
+        while not all(refused().values()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        text = member_log.read_text(errors="replace").lower()
-        for who, refusal in refusals.items():
-            assert refusal.lower() in text, f"{who}: s0 logged no {refusal!r} within {REFUSAL_WAIT_S} s"
+        assert refused() == {"plain": True, "certified": True}, f"not refused within {REFUSAL_WAIT_S} s"
         assert peers_of_every_member(cluster) == others(cluster)  # "plain" and "certified" are in none
         assert monitor(plain_monitor, "routez")["num_routes"] == 0
         assert monitor(cert_monitor, "routez")["num_routes"] == 0
-        assert "authorization violation" in cert_log.read_text(errors="replace").lower()  # as told by s0
     logs = [cluster.log_path(i) for i in range(SIZE)] + [plain_log, cert_log]
     assert not [str(p) for p in logs if password in p.read_text(errors="replace")], "the route password was logged"
