@@ -315,15 +315,21 @@ class Bus:
     # ------------------------------------------------------------------ streams
 
     async def ensure_stream(self, spec: StreamSpec) -> None:
-        """Create the stream, or update it when its configuration differs; never fails if it exists."""
+        """Create the stream, or update it when its configuration differs; never fails if it exists.
+
+        A server busy with many clients starting at once, or restarting while a service starts
+        (its JetStream store still recovering), answers late or not at all: the whole check is
+        asked again for about 15 s before the service gives up."""
+        await self._retrying(lambda: self._ensure_stream_once(spec), f"ensuring stream {spec.name}", retries=12)
+
+    async def _ensure_stream_once(self, spec: StreamSpec) -> None:
         name = self.wire_stream(spec)
         wanted_subjects = [self.wire_subject(s) for s in spec.subjects]
         max_age = float(spec.max_age_s or 0)
         # The server rejects a duplicate window longer than the retention.
         dup = min(spec.duplicate_window_s, max_age) if max_age else spec.duplicate_window_s
         try:
-            # a server busy with many clients starting at once may answer late: asked again
-            info = await self._retrying(lambda: self.js.stream_info(name), f"stream info {name}")
+            info = await self.js.stream_info(name)
         except nats.js.errors.NotFoundError:
             config = api.StreamConfig(
                 name=name,
@@ -877,9 +883,14 @@ class Consumer(Generic[M]):
         )
 
     async def _ensure(self) -> None:
-        js = self._bus.js
         if self._spec is not None:
             await self._bus.ensure_stream(self._spec)
+        # As the stream's check: a server restarting while the service starts answers late or not
+        # at all, so the creation is asked again for about 15 s before the service gives up.
+        await self._bus._retrying(self._add_consumer, f"creating consumer {self.durable}", retries=12)
+
+    async def _add_consumer(self) -> None:
+        js = self._bus.js
         try:
             await js.add_consumer(self._wire_stream, self._config())
         except nats.js.errors.BadRequestError as exc:
