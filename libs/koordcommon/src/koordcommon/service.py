@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import gc
 import inspect
 import logging
@@ -38,6 +37,7 @@ from pydantic_settings import (
 from .asgi import PostRoutes
 from .httpguard import SA_DIR, ApiAuth, Guard, NoAuth, StaticToken, TokenReview, server_ssl_options
 from .natsauth import BusCredentials
+from .suggest import closest
 
 __all__ = [
     "ConfigFileError",
@@ -109,8 +109,8 @@ def unknown_settings(cls: type[BaseSettings], data: Any = None, environ: Mapping
         found += [(str(k), str(k).lower()) for k in data if str(k).lower() not in names]
     out = []
     for written, bare in found:
-        close = difflib.get_close_matches(bare, sorted(names), n=1)
-        out.append(written + (f" (did you mean {close[0]}?)" if close else ""))
+        close = closest(bare, sorted(names))
+        out.append(written + (f" (did you mean {close}?)" if close else ""))
     return out
 
 

@@ -12,13 +12,13 @@ for, or a value that asks for behaviour it does not have (`evictionPolicy: Delet
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
 from koordcommon.durations import DurationError, parse_duration_ms
 from koordcommon.selectors import LabelSelector, parse_selector
+from koordcommon.suggest import closest
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -154,8 +154,8 @@ def _checked_keys(cls: type[KoordArgs], data: Any, info: ValidationInfo, also: t
     if unknown:
         hints = []
         for k in unknown:
-            close = difflib.get_close_matches(str(k), known, n=1)
-            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            close = closest(k, known)
+            hints.append(f"{k!r}" + (f" (did you mean {close!r}?)" if close else ""))
         raise ValueError(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(hints)} in {cls.__name__}")
     return data
 

@@ -10,12 +10,12 @@ field is either honoured or named: never accepted and dropped.
 
 from __future__ import annotations
 
-import difflib
 import json
 import typing
 from collections.abc import Mapping
 from typing import Any
 
+from koordcommon import suggest
 from koordcommon.schemas import (
     CPUBurstStrategy,
     HostApplicationSpec,
@@ -168,9 +168,9 @@ def unknown_fields(doc: Any, shape: Shape, path: str = "") -> list[str]:
 
 def closest(name: str, known: list[str]) -> str | None:
     """The known name a misspelt or shortened `name` most likely meant, if any is near."""
-    close = difflib.get_close_matches(name, known, n=1)
+    close = suggest.closest(name, known)
     if close:
-        return close[0]
+        return close
     starts = [k for k in known if k.lower().startswith(name.lower())]
     return starts[0] if len(starts) == 1 else None
 

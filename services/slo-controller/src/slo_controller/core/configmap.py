@@ -9,10 +9,11 @@ warning, and a data key that is none of Koordinator's is refused by name.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from koordcommon.suggest import closest
 
 from . import configkeys as ck
 from .config import ColocationConfig, ConfigError, load_json_key, parse_colocation_config
@@ -121,9 +122,9 @@ class ConfigState:
             changed.append(key)
         for key in data:
             if key not in ck.CONFIG_KEYS:
-                close = difflib.get_close_matches(str(key), ck.CONFIG_KEYS, n=1)
+                close = closest(key, ck.CONFIG_KEYS)
                 errors[str(key)] = (f"{key} is not a key of slo-controller-config"
-                                    + (f" (did you mean {close[0]}?)" if close else "")
+                                    + (f" (did you mean {close}?)" if close else "")
                                     + f"; the keys are {', '.join(ck.CONFIG_KEYS)}")
         self.current = cfg
         self.errors = errors

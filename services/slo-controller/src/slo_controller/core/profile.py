@@ -9,7 +9,6 @@ and limits are rewritten to the tier's extended resources. The result is a JSON 
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import random
 from collections.abc import Callable, Mapping
@@ -21,6 +20,7 @@ from koordcommon.kube_codec import pod_from_k8s
 from koordcommon.model import LABEL_PRIORITY, LABEL_QOS_CLASS, PriorityClass, QoSClass
 from koordcommon.quantity import QuantityError, format_quantity, parse_json_quantity
 from koordcommon.selectors import LabelSelector, SelectorError, parse_selector
+from koordcommon.suggest import closest
 
 from .patching import json_patch, strategic_merge
 
@@ -135,8 +135,8 @@ class ColocationProfile:
         if unknown:
             named = []
             for k in unknown:
-                close = difflib.get_close_matches(str(k), SPEC_FIELDS, n=1)
-                named.append(f"spec.{k}" + (f" (did you mean {close[0]}?)" if close else ""))
+                close = closest(k, SPEC_FIELDS)
+                named.append(f"spec.{k}" + (f" (did you mean {close}?)" if close else ""))
             raise ProfileError(f"{where}: unknown field {', '.join(named)}")
         try:
             ns_sel = parse_selector(spec.get("namespaceSelector"), f"{where}: spec.namespaceSelector")
