@@ -100,3 +100,83 @@ async def test_the_annotation_is_read_from_the_workload_pod():
     # answered from the cache afterwards, even for a pod the cluster no longer has
     assert await resolve(WorkloadKey("a", "Deployment", "a"), usage(dataclasses.replace(annotated, name="gone"))) == "autopilot-ml"
     assert await MethodResolver(None, ())(WorkloadKey("a", "Deployment", "a"), usage(annotated)) is None
+
+
+# --------------------------------------------------------------------------- each method's knobs
+
+
+@pytest.mark.parametrize(
+    "settings, method, resource, field, expected",
+    [
+        ({}, "autopilot-window", "memory", "percentile", 0.98),  # the documented defaults
+        ({}, "autopilot-ml", "cpu", "w_under", 0.07),
+        ({"window_memory": {"statistic": "max", "max_windows": 288, "margin": 0.1}}, "autopilot-window", "memory",
+         "max_windows", 288),
+        ({"window_cpu": {"percentile": 0.9}}, "autopilot-window", "cpu", "percentile", 0.9),
+        ({"ml_memory": {"w_under": 0.05}}, "autopilot-ml", "memory", "w_under", 0.05),
+        ({"ml_cpu": {"half_lives_s": [1800, 7200]}}, "autopilot-ml", "cpu", "half_lives_s", (1800, 7200)),
+    ],
+)
+def test_a_method_knob_in_the_settings_reaches_the_method(settings, method, resource, field, expected):
+    from recommender.main import build_state
+
+    state = build_state(Settings(**settings))
+    model = getattr(state.methods[method], resource)
+    assert getattr(model.s, field) == expected
+    # memory keeps one peak per window whatever the settings say
+    assert model.s.peaks_only is (resource == "memory")
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"ml_memory": {"w_undr": 0.1}}, "ml_memory: unknown field 'w_undr' (did you mean w_under?)"),
+        ({"window_cpu": {"percentile": 2}}, "window_cpu: percentile must be in (0, 1]"),
+        ({"window_memory": {"statistic": "median"}}, "window_memory: statistic must be one of percentile, max, avg"),
+        ({"window_cpu": {"peaks_only": True}}, "window_cpu: unknown field 'peaks_only'"),
+        ({"ml_cpu": {"half_lives_s": []}}, "ml_cpu: the ensemble needs 1..64 models"),
+        ({"ml_cpu": {"cost_decay": 1.0}}, "ml_cpu: cost_decay must be in [0, 1)"),
+    ],
+)
+def test_a_method_knob_out_of_range_or_unknown_is_refused_naming_it(settings, message):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as err:
+        Settings(**settings)
+    assert message in str(err.value)
+
+
+def test_method_knobs_from_the_environment(monkeypatch):
+    from koordcommon.service import load_settings
+    from recommender.main import build_state
+
+    monkeypatch.setenv("KOORD_RECOMMENDER_WINDOW_MEMORY", '{"statistic": "max", "max_windows": 12}')
+    monkeypatch.setenv("KOORD_RECOMMENDER_ML_CPU", '{"w_under": 0.02}')
+    state = build_state(load_settings(Settings))
+    assert state.methods["autopilot-window"].memory.s.statistic == "max"
+    assert state.methods["autopilot-window"].memory.s.max_windows == 12
+    assert state.methods["autopilot-ml"].cpu.s.w_under == 0.02
+
+
+def test_a_checkpoint_written_under_other_method_knobs_restarts_only_that_method():
+    from recommender.main import build_state
+
+    before = build_state(Settings(method="autopilot-ml"))
+    feed(before)
+    window = build_state(Settings(method="autopilot-window", window_memory={"statistic": "max", "max_windows": 48}))
+    feed(window)
+    vpa_only = RecommenderState()
+    feed(vpa_only)
+    vpa_target = target(vpa_only)
+    # the ensemble re-shaped (two half-lives, not four): its state cannot be read back
+    after = build_state(Settings(method="autopilot-ml", ml_cpu={"half_lives_s": [1800, 7200]}))
+    after.restore(KEY, before.checkpoint(KEY))
+    assert KEY not in after.method_states  # the method starts afresh for this container
+    assert after.method_of(WL) == "autopilot-ml"
+    assert after.containers[KEY].save() == before.containers[KEY].save()  # VPA's aggregate kept
+    assert target(after).target == vpa_target.target  # no samples of the method's own yet: VPA's stands
+    # the moving window read back with a shorter window keeps only the newest peaks
+    shorter = build_state(Settings(method="autopilot-window", window_memory={"statistic": "max", "max_windows": 3}))
+    shorter.restore(KEY, window.checkpoint(KEY))
+    peaks = shorter.method_states[KEY][1].memory.peaks
+    assert list(peaks) == list(window.method_states[KEY][1].memory.peaks)[-3:] and len(peaks) == 3

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from koordcommon.service import Service, ServiceSettings, run_service, settings_config
 from koordcommon.wiring import start_bus, start_cluster
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .api import router
 from .core.aggregate import AggregationConfig
 from .core.engine import RecommenderState
 from .core.estimator import EstimatorConfig
+from .core.methods import configured_methods
 from .runner import Intervals, Recommender
 from .store import CheckpointStore
 
@@ -43,12 +44,29 @@ class Settings(ServiceSettings):
     # The recommender method of every workload whose pods do not name one in the
     # analysis.koordinator.sh/recommender annotation (core/methods; README, evaluation).
     method: Literal["vpa", "autopilot-window", "autopilot-ml"] = "vpa"
+    # Each Autopilot method's knobs per resource, over its documented defaults (README): fields
+    # of WindowSettings / MLSettings, e.g. {"percentile": 0.9, "half_life_s": 21600} or
+    # {"w_under": 0.05, "half_lives_s": [1800, 7200]}. An unknown field is refused at start-up.
+    window_cpu: dict[str, Any] = Field(default_factory=dict)
+    window_memory: dict[str, Any] = Field(default_factory=dict)
+    ml_cpu: dict[str, Any] = Field(default_factory=dict)
+    ml_memory: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _methods_build(self) -> Settings:
+        method_settings(self)  # refuses an unknown field or a value out of range, naming it
+        return self
+
+
+def method_settings(s: Settings) -> dict:
+    return configured_methods(s.window_cpu, s.window_memory, s.ml_cpu, s.ml_memory)
 
 
 def build_state(s: Settings) -> RecommenderState:
     return RecommenderState(
-        core_config(AggregationConfig, s), core_config(EstimatorConfig, s), change_threshold=s.change_threshold, method=s.method
-    )
+        core_config(AggregationConfig, s), core_config(EstimatorConfig, s), change_threshold=s.change_threshold,
+        method=s.method, methods=method_settings(s),
+    )  # fmt: skip
 
 
 def core_config(config: type[C], s: Settings) -> C:

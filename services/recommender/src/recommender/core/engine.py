@@ -291,7 +291,12 @@ class RecommenderState:
             data = agg
             # a method no longer configured is dropped: the container falls back to the default
             if name in self.methods:
-                self.method_states[key] = (name, self.methods[name].load(rest))
+                try:
+                    self.method_states[key] = (name, self.methods[name].load(rest))
+                except ValueError:
+                    # written under other settings of the method (another ensemble shape): the
+                    # method starts afresh for this container; VPA's aggregate below is kept
+                    self.method_states.pop(key, None)
                 if name != self.default_method:
                     self._method_of[key.workload] = name
         st = self.containers[key] = AggregateState.load(data, self.aggregation)

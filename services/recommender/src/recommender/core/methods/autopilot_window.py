@@ -144,6 +144,8 @@ class MovingWindow(ResourceModel[WindowState]):
         off += self._TAIL.size
         st.limit, st.limit_ts = limit, (-math.inf if math.isnan(ts) else ts)
         st.peaks = array("d", data[off : off + 8 * n])
+        # written with a longer max_windows setting: only the newest windows still count
+        del st.peaks[: max(len(st.peaks) - self.s.max_windows, 0)]
         return st, off + 8 * n
 
 
