@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from . import batch
+from .genesis import pod_uid
 from .spec import SimSpec
 from .state import MutationError
 
@@ -117,8 +118,12 @@ class BatchDriver:
         root, _, attempt = life.key.partition(ATTEMPT_SEP)
         n = int(attempt or 0) + 1
         base = template.name.rsplit("-r", 1)[0] if attempt else template.name
-        again = dataclasses.replace(template, name=f"{base}-r{n}", uid="", node_name=None, phase="Pending",
-                                    start_ms=None, created_ms=now_ms, resource_version="")
+        name = f"{base}-r{n}"
+        # a seeded uid, as the first attempt's (batch._pod): a pod's usage noise is seeded by its
+        # uid, so a random one would make two runs of the same replay differ
+        again = dataclasses.replace(template, name=name, uid=pod_uid(self.spec.seed, template.namespace, name),
+                                    node_name=None, phase="Pending", start_ms=None, created_ms=now_ms,
+                                    resource_version="")
         self._offer(again, PodLife(f"{root}{ATTEMPT_SEP}{n}", life.arrival_ms, now_ms, life.request_cpu))
 
     def _end(self, key: str, outcome: str, now_ms: int) -> None:
