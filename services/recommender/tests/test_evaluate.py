@@ -18,6 +18,10 @@ def test_replay_scores_policies_on_a_known_series():
     assert c.n == 2 * 288
     assert c.request["provisioned"] / c.n == 2.0 and c.overrun("provisioned") == 0
     assert c.request["fixed max"] / c.n == pytest.approx(1.5 * 1.15)  # warm-up peak + margin
+    # each hour's own peak, known in advance: 1.5 cores for the 12 intervals of the spike's
+    # hour (16:00-17:00, the spike at 16:40), 1 core for the other 276, on both scored days
+    assert c.request["hindsight peaks"] == pytest.approx(2 * (12 * 1.5 + 276 * 1.0))
+    assert c.overruns["hindsight peaks"] == 0
     # p90 of the history is the 1-core bucket (end 1.01628) + 15 %: 1168m; spikes go over it
     assert c.request["vpa@0.9"] / c.n == pytest.approx(1.168)
     assert c.overruns["vpa@0.9"] == 2 and c.events["vpa@0.9"] == 2  # two separate spikes
@@ -44,7 +48,10 @@ def _run(tmp_path, capsys, *extra: str) -> str:
     assert (tmp_path / "summary.txt").is_file()
     report = json.loads((tmp_path / "evaluation.json").read_text())
     rows = report["bitbrains"]["cpu"]["rows"]
-    assert list(rows) == ["provisioned", "fixed max", "vpa", "autopilot-window", "autopilot-ml", "oracle"]
+    assert list(rows) == [
+        "provisioned", "fixed max", "hindsight peaks", "vpa", "autopilot-window", "autopilot-window-max", "autopilot-ml",
+        "oracle",
+    ]
     assert report["sample"] == ("--sample" in extra)
     return out
 

@@ -17,7 +17,12 @@ earlier samples. After a warm-up (1 day for Bitbrains, 1 h for GenAI) each inter
 - provisioned: what the trace itself provisioned (Bitbrains cores / memory; GenAI: the pod's
   memory limit, since the utilisation is a fraction of it);
 - fixed max: the peak usage seen during the warm-up plus 15 %, never changed;
+- hindsight peaks: each refresh interval's own peak usage, known in advance (no method that
+  only sees earlier samples can do this; it bounds what refreshing at this schedule could
+  reach with no interval over);
 - vpa, autopilot-window, autopilot-ml: the methods with their defaults;
+- autopilot-window-max: the moving window with Autopilot's S_max statistic (the peak of the
+  last 24 h of 5-minute windows) plus a 20 % margin, swept over the margin;
 - oracle: per container the smallest fixed request with at most the target share of its scored
   intervals above it (`core/oracle.py`), at the over-rate VPA reaches.
 
@@ -26,7 +31,7 @@ over-rate = share of intervals with usage above the request, ratio to oracle = a
 over the oracle's slack at that method's own over-rate. For memory, OOM-like events count the
 times usage rose above the recommended limit (a run of intervals above it is one event), as
 Autopilot reports OOMs. Each method's main knob is swept (VPA's target percentile, the moving
-window's percentile, the ensemble's underrun weight) and every point is scored the same way.
+window's percentile, S_max's margin, the ensemble's underrun weight) and every point is scored the same way.
 
 Output in --out: a table on stdout and in summary.txt, evaluation.json (every row and sweep
 point), per-container CSV files, one PNG per dataset with every method's slack-vs-over curve
@@ -56,8 +61,11 @@ from .core.methods import autopilot_window as mw
 from .core.oracle import oracle_requests
 
 GIB = 1024**3
-BASELINES = ("provisioned", "fixed max")
-METHOD_NAMES = ("vpa", "autopilot-window", "autopilot-ml")
+BASELINES = ("provisioned", "fixed max", "hindsight peaks")
+# autopilot-window-max: the moving window with Autopilot's S_max statistic over the last 24 h
+# (288 windows) plus a margin, the same method under other settings (KOORD_RECOMMENDER_WINDOW_*)
+METHOD_NAMES = ("vpa", "autopilot-window", "autopilot-window-max", "autopilot-ml")
+MAX_WINDOWS_24H = 288
 RESOURCES = ("cpu", "memory")
 FIXED_MARGIN = 0.15
 
@@ -65,6 +73,7 @@ FIXED_MARGIN = 0.15
 KNOBS: dict[str, tuple[str, tuple[float, ...], dict[str, float]]] = {
     "vpa": ("target percentile", (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), {"cpu": 0.9, "memory": 0.9}),
     "autopilot-window": ("percentile j", (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99), {"cpu": 0.95, "memory": 0.98}),
+    "autopilot-window-max": ("margin", (0.0, 0.05, 0.1, 0.2, 0.3), {"cpu": 0.2, "memory": 0.2}),
     "autopilot-ml": ("underrun weight w_u", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1), {"cpu": 0.07, "memory": 0.03}),
 }
 
@@ -76,6 +85,9 @@ def make_method(method: str, knob: float, sample_interval_s: float) -> Recommend
         return VPA(estimator=cfg)
     if method == "autopilot-window":
         return AutopilotWindow(replace(mw.CPU_DEFAULTS, percentile=knob), replace(mw.MEMORY_DEFAULTS, percentile=knob))
+    if method == "autopilot-window-max":
+        return AutopilotWindow(*(replace(d, statistic="max", max_windows=MAX_WINDOWS_24H, margin=knob)
+                                 for d in (mw.CPU_DEFAULTS, mw.MEMORY_DEFAULTS)))
     if method == "autopilot-ml":
         return AutopilotML(replace(ml.CPU_DEFAULTS, w_under=knob), replace(ml.MEMORY_DEFAULTS, w_under=knob))
     raise ValueError(f"unknown method {method!r}")
@@ -187,7 +199,9 @@ def replay(
             continue
         u = used[scored]
         fixed = float(used[warm].max()) * (1 + FIXED_MARGIN)
-        reqs = {"provisioned": np.full(u.shape, float(prov)), "fixed max": np.full(u.shape, fixed)}
+        peaks = np.maximum.reduceat(used, starts)[np.repeat(np.arange(len(starts)), np.diff([*starts, n]))]
+        reqs = {"provisioned": np.full(u.shape, float(prov)), "fixed max": np.full(u.shape, fixed),
+                "hindsight peaks": peaks[scored]}
         for p in methods:
             reqs[p] = requests[p][res][scored]
         result.scores[res] = _score(u, reqs)
@@ -196,6 +210,7 @@ def replay(
             result.trace[f"{res}_used"] = used
             result.trace[f"{res}_provisioned"] = np.full(used.shape, float(prov))
             result.trace[f"{res}_fixed max"] = np.full(used.shape, fixed)
+            result.trace[f"{res}_hindsight peaks"] = peaks
             for p in methods:
                 result.trace[f"{res}_{p}"] = requests[p][res]
     return result
@@ -395,8 +410,8 @@ def write_csv(path: Path, results: list[Result], policies: list[str]) -> None:
                 w.writerow(row)
 
 
-COLORS = {"provisioned": "#999999", "fixed max": "#e6a23c", "vpa": "#2f7ed8", "autopilot-window": "#2ca02c",
-          "autopilot-ml": "#d62728", "oracle": "black"}
+COLORS = {"provisioned": "#999999", "fixed max": "#e6a23c", "hindsight peaks": "#8c564b", "vpa": "#2f7ed8",
+          "autopilot-window": "#2ca02c", "autopilot-window-max": "#17becf", "autopilot-ml": "#d62728", "oracle": "black"}
 
 
 def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str:
