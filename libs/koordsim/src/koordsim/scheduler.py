@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import Any, Self
 
 import httpx
+import numpy as np
 import orjson
 from koordcommon.kube_codec import node_to_k8s, pod_to_k8s
 from koordcommon.records import NodeRecord, PodRecord, ResourceList
@@ -138,6 +139,7 @@ class ExtenderScheduler:
         self._client = client or (None if transport is not None else httpx.AsyncClient(timeout=self.timeout_s))
         self._own_client = client is None and transport is None
         self._next_start = 0
+        self._cache = _Cache()  # what each node's pods request, kept from pass to pass
 
     async def aclose(self) -> None:
         if self._own_client:
@@ -256,28 +258,25 @@ class ExtenderScheduler:
 
     # ------------------------------------------------------------------ cycles
 
-    async def _snapshot(self) -> tuple[list[NodeRecord], dict[str, ResourceList], dict[str, list[int]]]:
+    async def _snapshot(self, pods: list[PodRecord] | None = None) -> _Snapshot:
+        """The cluster as this pass schedules onto it (`pods`: the cluster's pods, when the caller
+        listed them already)."""
         nodes = sorted(await self.cluster.list_nodes(), key=lambda n: n.name)
-        requested: dict[str, ResourceList] = {n.name: {} for n in nodes}
-        nonzero: dict[str, list[int]] = {n.name: [0, 0] for n in nodes}
-        for p in await self.cluster.list_pods():
-            if fit.counts_on_node(p) and p.node_name in requested:
-                fit.add_requests(requested[p.node_name], p)
-                c, m = fit.non_zero_requests(p)
-                nonzero[p.node_name][0] += c
-                nonzero[p.node_name][1] += m
-        return nodes, requested, nonzero
+        self._cache.sync(await self.cluster.list_pods() if pods is None else pods)
+        return _Snapshot(fit.FitTable(nodes, self._cache.requested), self._cache)
 
     async def schedule_pod(self, pod: PodRecord) -> ScheduleResult:
-        nodes, requested, nonzero = await self._snapshot()
-        return await self._cycle(pod, nodes, requested, nonzero)
+        return await self._cycle(pod, await self._snapshot())
 
     async def schedule_pending(self, namespace: str | None = None) -> list[ScheduleResult]:
         """Every pending pod of this scheduler, in queue order (priority desc, then creation): the
         result of each pod tried (with `skip_dominated`, the pods passed over have none)."""
         asks: dict[tuple[str, str], _Asks] = {}
         queue: list[tuple[_Asks, PodRecord]] = []
-        for p in await self.cluster.list_pods(namespace=namespace):
+        pods = await self.cluster.list_pods()
+        for p in pods:
+            if namespace is not None and p.namespace != namespace:
+                continue
             if not p.node_name and p.phase == "Pending" and p.deletion_ms is None and p.scheduler_name == self.scheduler_name:
                 key = (p.uid, p.resource_version)
                 a = asks[key] = self._asks.get(key) or _Asks.of(p)
@@ -285,7 +284,7 @@ class ExtenderScheduler:
         self._asks = asks  # what a pending pod asks is derived once while it waits
         self._json = {k: v for k, v in self._json.items() if k in asks}
         queue.sort(key=lambda item: item[0].order)
-        nodes, requested, nonzero = await self._snapshot()
+        snap = await self._snapshot(pods)
         results = []
         failed: list[_Asks] = []
         verdicts: dict[tuple, tuple[int, _Asks | None]] = {}  # signature -> (failures checked, blocker)
@@ -299,47 +298,45 @@ class ExtenderScheduler:
                     verdicts[signature] = (len(failed), blocker)
                 if blocker is not None:
                     continue  # not tried: a pod asking no more was unschedulable in this pass
-            res = await self._cycle(pod, nodes, requested, nonzero)
+            res = await self._cycle(pod, snap, mine.demand)
             if self.skip_dominated and res.node is None and not res.error:
                 failed.append(mine)
-            if res.node is not None:  # assume the pod, as the scheduler cache does
-                fit.add_requests(requested[res.node], pod)
-                c, m = fit.non_zero_requests(pod)
-                nonzero[res.node][0] += c
-                nonzero[res.node][1] += m
             results.append(res)
         return results
 
-    def _in_tree_filter(
-        self, pod: PodRecord, nodes: list[NodeRecord], requested: dict[str, ResourceList]
-    ) -> tuple[list[NodeRecord], dict[str, str]]:
+    def _in_tree_filter(self, snap: _Snapshot, demand: fit.PodDemand) -> tuple[list[NodeRecord], dict[str, str]]:
+        """kube-scheduler's filter pass: the nodes from where the last cycle stopped, until enough
+        are feasible (`num_feasible_nodes_to_find`); the reasons of the nodes judged unfit."""
+        table = snap.table
+        nodes = table.nodes
         n = len(nodes)
-        want = fit.num_feasible_nodes_to_find(n, self.percentage)
-        feasible: list[NodeRecord] = []
+        if not n:
+            return [], {}
+        want = max(fit.num_feasible_nodes_to_find(n, self.percentage), 1)
+        order = (np.arange(n) + self._next_start) % n
+        codes = table.codes(demand)[order]
+        fits = np.flatnonzero(codes == 0)
+        processed = int(fits[want - 1]) + 1 if len(fits) >= want else n
+        self._next_start = (self._next_start + processed) % n
+        feasible = [nodes[i] for i in order[fits[:want]].tolist()]
         reasons: dict[str, str] = {}
-        processed = 0
-        for i in range(n):
-            node = nodes[(self._next_start + i) % n]
-            processed += 1
-            why = fit.filter_reasons(pod, node, requested.get(node.name, {}))
-            if why:
-                reasons[node.name] = ", ".join(why)
-            else:
-                feasible.append(node)
-                if len(feasible) >= want:
-                    break
-        if n:
-            self._next_start = (self._next_start + processed) % n
+        texts: dict[int, str] = {}  # a code's reasons, spelt out once a cycle
+        for i, code in zip(order[:processed].tolist(), codes[:processed].tolist(), strict=True):
+            if code > 0:
+                text = texts.get(code)
+                if text is None:
+                    text = texts[code] = table.reason(code, demand)
+                reasons[nodes[i].name] = text
+            elif code < 0:
+                reasons[nodes[i].name] = table.conditions[i]  # type: ignore[assignment]
         return feasible, reasons
 
-    async def _cycle(
-        self,
-        pod: PodRecord,
-        nodes: list[NodeRecord],
-        requested: dict[str, ResourceList],
-        nonzero: dict[str, list[int]],
-    ) -> ScheduleResult:
-        feasible, reasons = self._in_tree_filter(pod, nodes, requested)
+    async def _cycle(self, pod: PodRecord, snap: _Snapshot, demand: fit.PodDemand | None = None) -> ScheduleResult:
+        """One scheduling cycle; a pod bound is counted on its node at once (`demand`: the pod's,
+        when the caller derived it already)."""
+        if demand is None:
+            demand = fit.PodDemand.of(pod)
+        feasible, reasons = self._in_tree_filter(snap, demand)
         if feasible and self.filter_verb and self.is_interested(pod):
             try:
                 kept, failed, unresolvable = await self.extender_filter(pod, feasible)
@@ -357,14 +354,15 @@ class ExtenderScheduler:
                 feasible = [n for n in feasible if n.name in kept_names]
         if not feasible:
             return ScheduleResult(
-                pod.namespace, pod.name, reasons=reasons, message=fit.unschedulable_message(len(nodes), reasons)
+                pod.namespace, pod.name, reasons=reasons, message=fit.unschedulable_message(len(snap.table.nodes), reasons)
             )
         scores: dict[str, int] = {}
         if len(feasible) == 1:
             chosen = feasible[0].name
         else:
+            nonzero = snap.cache.nonzero
             for n in feasible:
-                scores[n.name] = fit.least_allocated_score(pod, n, tuple(nonzero.get(n.name, (0, 0))))
+                scores[n.name] = fit.least_allocated_score(pod, n, nonzero.get(n.name) or (0, 0), demand)
             if self.is_interested(pod):
                 for host, s in (await self.extender_prioritize(pod, feasible)).items():
                     scores[host] += s
@@ -376,6 +374,7 @@ class ExtenderScheduler:
                 await self.cluster.bind_pod(pod.namespace, pod.name, chosen, pod.uid)
         except Exception as exc:  # noqa: BLE001 - any backend's refusal (pod gone, already bound) requeues the pod
             return ScheduleResult(pod.namespace, pod.name, reasons=reasons, error=f"binding rejected: {exc}", scores=scores)
+        snap.assume(pod, chosen, demand)
         return ScheduleResult(pod.namespace, pod.name, node=chosen, reasons=reasons, scores=scores)
 
 
@@ -388,12 +387,13 @@ class _Asks:
     cls: str
     requests: tuple[tuple[str, int], ...]
     limits: tuple[tuple[str, int], ...]
+    demand: fit.PodDemand  # what the in-tree plugins read of the pod
 
     @classmethod
     def of(cls, pod: PodRecord) -> _Asks:
         order = (-(pod.priority or 0), pod.created_ms, pod.key)
         return cls(pod.key, order, pod.priority_class.value, tuple(sorted(pod.requests().items())),
-                   tuple(sorted(pod.limits().items())))
+                   tuple(sorted(pod.limits().items())), fit.PodDemand.of(pod))
 
     @cached_property
     def signature(self) -> tuple:
@@ -411,3 +411,77 @@ class _Asks:
             return False
         req, lim = self._asked
         return all(req.get(k, 0) >= v for k, v in other.requests) and all(lim.get(k, 0) >= v for k, v in other.limits)
+
+
+class _Cache:
+    """kube-scheduler's cache of what each node's pods request (the filter's sums, with the pod
+    count, and LeastAllocated's non-zero cpu and memory), kept from pass to pass: a pass adds
+    and takes off only the pods that changed since the last one. A pod bound in a pass counts
+    on its node at once, as kube-scheduler assumes it, until the cluster shows it bound."""
+
+    def __init__(self) -> None:
+        self.requested: dict[str, ResourceList] = {}  # node -> summed requests of the pods counted
+        self.nonzero: dict[str, list[int]] = {}  # node -> [cpu, memory], non-zero defaults
+        # pod key -> (the version counted, or None when assumed; node; requests; non-zero cpu, memory)
+        self._pods: dict[str, tuple[tuple | None, str, ResourceList, tuple[int, int]]] = {}
+
+    def sync(self, pods: list[PodRecord]) -> None:
+        """Count the cluster's pods as `pods` shows them. A version is a pod's uid, resourceVersion
+        and node; a pod without a resourceVersion is counted again each time."""
+        counted = self._pods
+        seen = set()
+        for p in pods:
+            if not fit.counts_on_node(p):
+                continue
+            key = p.key
+            seen.add(key)
+            version = (p.uid, p.resource_version, p.node_name)
+            old = counted.get(key)
+            if old is not None:
+                if old[0] == version and p.resource_version:
+                    continue
+                self._take(old)
+            self._add(key, version, p.node_name, p.requests(), fit.non_zero_requests(p))
+        for key in [k for k in counted if k not in seen]:
+            self._take(counted.pop(key))
+
+    def assume(self, pod: PodRecord, node: str, demand: fit.PodDemand) -> None:
+        """`pod` was bound to `node` in this pass."""
+        old = self._pods.get(pod.key)
+        if old is not None:
+            self._take(old)
+        self._add(pod.key, None, node, pod.requests(), demand.non_zero)
+
+    def _add(self, key: str, version: tuple | None, node: str, requests: ResourceList, nonzero: tuple[int, int]) -> None:
+        self._pods[key] = (version, node, requests, nonzero)
+        self._count(node, requests, nonzero, 1)
+
+    def _take(self, entry: tuple) -> None:
+        _, node, requests, nonzero = entry
+        self._count(node, requests, nonzero, -1)
+
+    def _count(self, node: str, requests: ResourceList, nonzero: tuple[int, int], sign: int) -> None:
+        total = self.requested.get(node)
+        if total is None:
+            total = self.requested[node] = {}
+            self.nonzero[node] = [0, 0]
+        for k, v in requests.items():
+            total[k] = total.get(k, 0) + sign * v
+        total["pods"] = total.get("pods", 0) + sign
+        nz = self.nonzero[node]
+        nz[0] += sign * nonzero[0]
+        nz[1] += sign * nonzero[1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """The cluster as one pass schedules onto it: the nodes in name order as the filter judges
+    them, and the pods' requests per node."""
+
+    table: fit.FitTable
+    cache: _Cache
+
+    def assume(self, pod: PodRecord, node: str, demand: fit.PodDemand) -> None:
+        """`pod` was bound to `node`: it counts there for the rest of the pass, and after."""
+        self.cache.assume(pod, node, demand)
+        self.table.assume(node, pod.requests())
