@@ -342,10 +342,20 @@ def node_metrics(
     windows = []
     longest = max(aggregate_s, *durations_s) * 1000 if durations_s else aggregate_s * 1000
     since = now_ms - aggregate_s * 1000
+    rows: dict[tuple, np.ndarray] = {}  # (timeline, since) -> the rows of that window
+
+    def window(ring: SlotRing, since_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        # the rings of the histories an agent records together select the same rows: found once
+        key = (ring.timeline(), since_ms)
+        picked = rows.get(key)
+        if picked is None:
+            picked = rows[key] = ring.rows(since_ms, now_ms)
+        return ring.take(picked)
+
     for i, h in enumerate(histories):
-        node_w = h.node_ring.window(now_ms - longest, now_ms)
-        pod_w = h.pod_ring.window(since, now_ms)
-        prod_w = h.pod_ring.window(now_ms - h.config.pod_history_s * 1000, now_ms)
+        node_w = window(h.node_ring, now_ms - longest)
+        pod_w = window(h.pod_ring, since)
+        prod_w = window(h.pod_ring, now_ms - h.config.pod_history_s * 1000)
         windows.append((node_w, pod_w, prod_w))
         key = (node_w[0].tobytes(), pod_w[0].tobytes(), prod_w[0].tobytes())
         groups.setdefault(key, []).append(i)

@@ -112,16 +112,28 @@ class SlotRing:
 
         values has shape (n, slots, 2); index it with `slot_of(key)` / `columns()`.
         """
+        return self.take(self.rows(since_ms, until_ms))
+
+    def rows(self, since_ms: int, until_ms: int | None = None) -> np.ndarray:
+        """The row indexes `window` reads, oldest first."""
         if not self._size:
-            return self._ts[:0], self._values[:0]
+            return np.zeros(0, dtype=np.intp)
         start = (self._head - self._size) % self.capacity
         order = (np.arange(self._size) + start) % self.capacity
         ts = self._ts[order]
         keep = ts > since_ms
         if until_ms is not None:
             keep &= ts <= until_ms
-        idx = order[keep]
-        return self._ts[idx], self._values[idx]
+        return order[keep]
+
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ts, values) of those rows."""
+        return self._ts[rows], self._values[rows]
+
+    def timeline(self) -> tuple:
+        """What `rows` depends on besides its bounds: rings with equal timelines (the histories
+        one agent records in the same rounds) select the same rows for the same bounds."""
+        return self.capacity, self._head, self._size, self._ts.tobytes()
 
     def columns(self) -> tuple[list[Hashable], np.ndarray]:
         """The live keys and their slot indexes, in insertion order."""
