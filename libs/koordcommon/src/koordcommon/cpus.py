@@ -46,6 +46,13 @@ class CPUListError(ValueError):
 
 def parse_cpuset(text: str) -> list[int]:
     """`0-3,8` -> [0, 1, 2, 3, 8] (sorted, each once); "" -> []."""
+    return list(_parse_cpuset(text))
+
+
+# A node's cgroups hold a handful of distinct lists that every QoS round reads again: each text is
+# parsed once (the callers get their own list).
+@lru_cache(maxsize=4096)
+def _parse_cpuset(text: str) -> tuple[int, ...]:
     out: set[int] = set()
     parts = text.strip().split(",")
     for part in parts:
@@ -60,9 +67,9 @@ def parse_cpuset(text: str) -> list[int]:
         if a < 0 or b < a or b >= MAX_CPUS:
             raise CPUListError(f"bad cpu range {part!r}")
         if len(parts) == 1:
-            return list(range(a, b + 1))  # one range: already sorted, each once
+            return tuple(range(a, b + 1))  # one range: already sorted, each once
         out.update(range(a, b + 1))
-    return sorted(out)
+    return tuple(sorted(out))
 
 
 def cpus_of(text: Any) -> frozenset[int]:
@@ -70,13 +77,18 @@ def cpus_of(text: Any) -> frozenset[int]:
     if not isinstance(text, str):
         return frozenset()
     try:
-        return frozenset(parse_cpuset(text))
+        return frozenset(_parse_cpuset(text))
     except CPUListError:
         return frozenset()
 
 
 def format_cpuset(cpus: Iterable[int]) -> str:
     """Canonical range form: `2-4`, `0,4-5`."""
+    return _format_cpuset(tuple(cpus))
+
+
+@lru_cache(maxsize=4096)  # the same few sets are formatted round after round (see _parse_cpuset)
+def _format_cpuset(cpus: tuple[int, ...]) -> str:
     ordered = sorted(set(cpus))
     if not ordered:
         return ""
