@@ -103,7 +103,12 @@ class PodInfo:
         )
 
     def annotation(self, key: str) -> str | None:
-        return dict(self.annotations).get(key)
+        # a scan, not a dict built per call: a pod keeps a few annotations, often none (from the
+        # end: the last of a repeated key wins, as in a dict)
+        for k, v in reversed(self.annotations):
+            if k == key:
+                return v
+        return None
 
     @property
     def priority_value(self) -> int:

@@ -24,7 +24,7 @@ for a simulated node and builds the state from PodInfos and a NodeRound of usage
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -95,7 +95,12 @@ def plan_round(state: QoSState, slo: NodeSLOSpec | None, memory: QoSMemory, cap_
     memory.burst_limiters = cpu_burst.advance_limiters(state, slo, memory.burst_limiters)
     if slo is None:
         return []
-    state = dataclasses.replace(state, be_history=list(memory.be_history), last_evict_ms=dict(memory.last_evict_ms),
-                                started_ms=memory.started_ms, pending_evictions=frozenset(memory.pending),
-                                burst_limiters=dict(memory.burst_limiters))
+    # a shallow copy, so the caller's state stays the moment's view (dataclasses.replace would
+    # do the same through __init__, at several times the cost on every node's every round)
+    state = copy.copy(state)
+    state.be_history = list(memory.be_history)
+    state.last_evict_ms = dict(memory.last_evict_ms)
+    state.started_ms = memory.started_ms
+    state.pending_evictions = frozenset(memory.pending)
+    state.burst_limiters = dict(memory.burst_limiters)
     return plan_all(state, slo)
