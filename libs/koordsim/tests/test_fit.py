@@ -1,4 +1,5 @@
-"""The in-tree filter over a table of nodes says what `filter_reasons` says node by node."""
+"""The in-tree plugins over a table of nodes say what `filter_reasons` and `least_allocated_score`
+say node by node."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def test_the_table_judges_as_filter_reasons_does():
     for trial in range(30):
         nodes = [_node(rng, i) for i in range(rng.randrange(1, 40))]
         requested = {n.name: {} for n in nodes}
-        table = fit.FitTable(nodes, requested)
+        nonzero = {n.name: [0, 0] for n in nodes}
+        table = fit.FitTable(nodes, requested, nonzero)
         for k in range(15):
             pod = _pod(rng, k)
             demand = fit.PodDemand.of(pod)
@@ -45,7 +47,14 @@ def test_the_table_judges_as_filter_reasons_does():
                 code = int(codes[i])
                 got = table.conditions[i] if code < 0 else table.reason(code, demand) if code else ""
                 assert got == want, (trial, k, node)
+            rows = rng.sample(range(len(nodes)), rng.randrange(0, len(nodes) + 1))
+            assert table.least_allocated(rows, demand) == [
+                fit.least_allocated_score(pod, nodes[i], nonzero[nodes[i].name]) for i in rows
+            ]
             if rng.random() < 0.6:  # place it somewhere, as a scheduling pass assumes a bound pod
                 node = rng.choice(nodes).name
                 fit.add_requests(requested[node], pod)
-                table.assume(node, pod.requests())
+                c, m = fit.non_zero_requests(pod)
+                nonzero[node][0] += c
+                nonzero[node][1] += m
+                table.assume(node, pod.requests(), demand.non_zero)

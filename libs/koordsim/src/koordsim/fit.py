@@ -8,7 +8,7 @@ NodeResourcesFit LeastAllocated over cpu and memory with kube-scheduler's non-ze
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,13 +109,19 @@ class FitTable:
 
     NO_LIMIT = np.iinfo(np.int64).max // 2  # free pod slots of a node without a `pods` allocatable
 
-    def __init__(self, nodes: list[NodeRecord], requested: Mapping[str, ResourceList]) -> None:
+    def __init__(self, nodes: list[NodeRecord], requested: Mapping[str, ResourceList],
+                 nonzero: Mapping[str, Sequence[int]] | None = None) -> None:  # fmt: skip
         self.nodes = nodes
         self.index = {n.name: i for i, n in enumerate(nodes)}
         self._requested = requested
         self._free: dict[str, np.ndarray] = {}
         self.conditions = [node_condition(n) for n in nodes]
         self.blocked = np.array([c is not None for c in self.conditions], dtype=bool)
+        # LeastAllocated's inputs: allocatable cpu and memory, and the pods' non-zero requests
+        self._alloc = np.array([(n.allocatable.get("cpu", 0), n.allocatable.get("memory", 0)) for n in nodes],
+                               dtype=np.int64).reshape(-1, 2)  # fmt: skip
+        nonzero = nonzero or {}
+        self._nonzero = np.array([tuple(nonzero.get(n.name) or (0, 0)) for n in nodes], dtype=np.int64).reshape(-1, 2)
 
     def free(self, name: str) -> np.ndarray:
         arr = self._free.get(name)
@@ -130,14 +136,23 @@ class FitTable:
             arr = self._free[name] = np.array(values, dtype=np.int64)
         return arr
 
-    def assume(self, node: str, requests: ResourceList) -> None:
-        """A pod asking `requests` was placed on `node` (the arrays not built yet read it from
-        `requested`, which the caller has updated)."""
+    def assume(self, node: str, requests: ResourceList, nonzero: tuple[int, int] = (0, 0)) -> None:
+        """A pod asking `requests` (`nonzero` as LeastAllocated counts it) was placed on `node`
+        (the arrays not built yet read it from `requested`, which the caller has updated)."""
         i = self.index.get(node)
         if i is None:
             return
         for name, arr in self._free.items():
             arr[i] -= 1 if name == "pods" else requests.get(name, 0)
+        self._nonzero[i] += nonzero
+
+    def least_allocated(self, rows: Sequence[int], demand: PodDemand) -> list[int]:
+        """`least_allocated_score` of the nodes at `rows`, in that order."""
+        alloc = self._alloc[rows]
+        req = self._nonzero[rows] + np.array(demand.non_zero, dtype=np.int64)
+        fits = (alloc != 0) & (req <= alloc)
+        part = np.where(fits, (alloc - req) * MAX_NODE_SCORE // np.where(alloc == 0, 1, alloc), 0)
+        return (part.sum(axis=1) // 2).tolist()
 
     def codes(self, demand: PodDemand) -> np.ndarray:
         code = (self.free("pods") < 1).astype(np.int64)

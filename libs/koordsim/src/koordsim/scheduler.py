@@ -241,11 +241,15 @@ class ExtenderScheduler:
         if not isinstance(reply, list):
             return {}
         candidates = {n.name for n in nodes}
+        factor = self.weight * (fit.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
         out: dict[str, int] = {}
         for hp in reply:
-            host, score = _ci(hp, "Host"), _ci(hp, "Score")
-            if host in candidates and isinstance(score, int) and not isinstance(score, bool):
-                out[host] = out.get(host, 0) + score * self.weight * (fit.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+            if type(hp) is dict and "Host" in hp and "Score" in hp:  # the extender's own spelling
+                host, score = hp["Host"], hp["Score"]
+            else:
+                host, score = _ci(hp, "Host"), _ci(hp, "Score")
+            if host in candidates and type(score) is int:  # JSON integers (not true/false)
+                out[host] = out.get(host, 0) + score * factor
         return out
 
     async def extender_bind(self, pod: PodRecord, node: str) -> None:
@@ -263,7 +267,7 @@ class ExtenderScheduler:
         listed them already)."""
         nodes = sorted(await self.cluster.list_nodes(), key=lambda n: n.name)
         self._cache.sync(await self.cluster.list_pods() if pods is None else pods)
-        return _Snapshot(fit.FitTable(nodes, self._cache.requested), self._cache)
+        return _Snapshot(fit.FitTable(nodes, self._cache.requested, self._cache.nonzero), self._cache)
 
     async def schedule_pod(self, pod: PodRecord) -> ScheduleResult:
         return await self._cycle(pod, await self._snapshot())
@@ -360,9 +364,9 @@ class ExtenderScheduler:
         if len(feasible) == 1:
             chosen = feasible[0].name
         else:
-            nonzero = snap.cache.nonzero
-            for n in feasible:
-                scores[n.name] = fit.least_allocated_score(pod, n, nonzero.get(n.name) or (0, 0), demand)
+            index = snap.table.index
+            in_tree = snap.table.least_allocated([index[n.name] for n in feasible], demand)
+            scores = dict(zip([n.name for n in feasible], in_tree, strict=True))
             if self.is_interested(pod):
                 for host, s in (await self.extender_prioritize(pod, feasible)).items():
                     scores[host] += s
@@ -484,4 +488,4 @@ class _Snapshot:
     def assume(self, pod: PodRecord, node: str, demand: fit.PodDemand) -> None:
         """`pod` was bound to `node`: it counts there for the rest of the pass, and after."""
         self.cache.assume(pod, node, demand)
-        self.table.assume(node, pod.requests())
+        self.table.assume(node, pod.requests(), demand.non_zero)
