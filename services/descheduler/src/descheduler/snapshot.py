@@ -68,40 +68,46 @@ def node_states(
     `pods`, as Koordinator counts the pods assigned to a node.
     """
     requested: dict[str, list[Resources]] = {}
-    on_node: dict[str, dict[str, PodRecord]] = {}
+    # node -> uid -> (pod key, prod): what the usage sums below read of each pod, derived once
+    on_node: dict[str, dict[str, tuple[str, bool]]] = {}
     for p in pods:
         if p.node_name and p.is_active:
-            requested.setdefault(p.node_name, []).append(facts(p).requests)
-            on_node.setdefault(p.node_name, {})[p.uid] = p
+            f = facts(p)
+            requested.setdefault(p.node_name, []).append(f.requests)
+            on_node.setdefault(p.node_name, {})[p.uid] = (p.key, f.prod)
     arriving = arriving or {}
     out = []
     for n in nodes:
         m = metrics.get(n.name)
         fresh = m is not None and now_ms - m.ts < expiration_s * 1000
+        local = on_node.get(n.name, {})
         usage = prod = None
         if fresh:
             usage, prod = m.node_usage, Resources()
-            local = on_node.get(n.name, {})
-            by_key = {p.key: p for p in local.values()}
+            by_key = {key: is_prod for key, is_prod in local.values()}
             seen = set()
             for pm in m.pods:
-                key = f"{pm.namespace}/{pm.name}"
                 if pm.uid in departed:
                     usage = usage - pm.usage
                     continue
-                pod = local.get(pm.uid) or by_key.get(key)
-                if pod is not None:
-                    seen.add(pod.key)
-                    if facts(pod).prod:
-                        prod = prod + pm.usage
+                hit = local.get(pm.uid)
+                if hit is not None:
+                    key, is_prod = hit
+                else:
+                    key = f"{pm.namespace}/{pm.name}"
+                    is_prod = by_key.get(key)
+                    if is_prod is None:
+                        continue
+                seen.add(key)
+                if is_prod:
+                    prod = prod + pm.usage
             for key, extra in arriving.items():
                 if key in by_key and key not in seen:
                     usage = usage + extra
-                    if facts(by_key[key]).prod:
+                    if by_key[key]:
                         prod = prod + extra
             usage = usage.clamp0()
-        bound = on_node.get(n.name, {}).values()
-        n_pods, n_prod = len(bound), sum(1 for p in bound if facts(p).prod)
+        n_pods, n_prod = len(local), sum(1 for _, is_prod in local.values() if is_prod)
         out.append(
             NodeState(
                 name=n.name,

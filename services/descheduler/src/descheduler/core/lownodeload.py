@@ -197,8 +197,10 @@ def pool_percents(pool: NodePool, fresh: list[NodeState]) -> Percents:
 
 def threshold_qty(percents: dict[str, float], allocatable: Load) -> Load:
     """int(percent x 0.01 x allocatable), as Koordinator turns a percentage into a threshold."""
-    qty = {r: int(percents.get(r, 100.0) * 0.01 * allocatable[r]) for r in RESOURCE_NAMES}
-    return Load(**qty)
+    # spelt out per resource (Load's fields are RESOURCE_NAMES): every node of every round comes here
+    get = percents.get
+    return Load(int(get("cpu", 100.0) * 0.01 * allocatable.cpu), int(get("memory", 100.0) * 0.01 * allocatable.memory),
+                int(get("pods", 100.0) * 0.01 * allocatable.pods))  # fmt: skip
 
 
 @dataclass(frozen=True)
