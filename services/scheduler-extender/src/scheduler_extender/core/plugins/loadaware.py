@@ -17,6 +17,7 @@ candidate's limit with the pod's estimate; scores are computed over the free cap
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -298,6 +299,7 @@ def usage_percent(used: int, alloc: int) -> int:
     return math.floor(used / alloc * 100 + 0.5)
 
 
+@functools.lru_cache(maxsize=4096)  # a node's allocatable and thresholds rarely change; its load does
 def first_over(alloc: int, threshold: int) -> int:
     """The least usage whose percent of `alloc` exceeds `threshold` (both > 0).
 
