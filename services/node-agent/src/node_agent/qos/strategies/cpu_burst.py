@@ -202,17 +202,24 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
 def _static(p: PodState, cfg: CPUBurstStrategy, state: QoSState) -> list[CgroupWrite]:
     out = []
     total = 0
+    enabled = static_enabled(cfg.policy)
     for c in p.info.containers:
         rel = p.containers.get(c.name)
         if rel is None:
             continue
-        b = burst_us(c.limits.cpu_milli, cfg.cpuBurstPercent) if static_enabled(cfg.policy) and c.limits.cpu_milli > 0 \
-            else 0
+        b = burst_us(c.limits.cpu_milli, cfg.cpuBurstPercent) if enabled and c.limits.cpu_milli > 0 else 0
         total += b
-        out.append(CgroupWrite(rel, "cpu.cfs_burst_us", b, NAME, "container"))
-    out.append(CgroupWrite(p.rel, "cpu.cfs_burst_us", total, NAME, "pod"))
-    # a zero where the kernel has no such file, or already holds zero, needs no write (nor a report)
-    return [w for w in out if w.value != 0 or state.read(w.rel, w.resource) not in (None, "0")]
+        if _needed(state, rel, b):
+            out.append(CgroupWrite(rel, "cpu.cfs_burst_us", b, NAME, "container"))
+    if _needed(state, p.rel, total):
+        out.append(CgroupWrite(p.rel, "cpu.cfs_burst_us", total, NAME, "pod"))
+    return out
+
+
+def _needed(state: QoSState, rel: str, burst: int) -> bool:
+    """A zero where the kernel has no such file, or already holds zero, needs no write (nor a
+    report); judged before a write is built, as with policy none no burst is written at all."""
+    return burst != 0 or state.read(rel, "cpu.cfs_burst_us") not in (None, "0")
 
 
 def _quota(p: PodState, cfg: CPUBurstStrategy, state: QoSState, pool: str) -> list[CgroupWrite]:
