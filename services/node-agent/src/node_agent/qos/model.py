@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 from koordcommon.model import KubeQoS, PriorityClass, QoSClass
@@ -64,16 +65,18 @@ class PodState:
     throttled_ratio: float | None = None
     container_usage: dict[str, Resources] = field(default_factory=dict)  # container name -> last collected
 
-    @property
+    # Cached: a round's strategies ask each of these several times per pod, and a PodState lives
+    # one round with the same `info`.
+    @cached_property
     def raw_qos(self) -> QoSClass:
         """The koordinator.sh/qosClass label only (what suppress/evict/burst consult)."""
         return self.info.qos if self.info.qos_label else QoSClass.NONE
 
-    @property
+    @cached_property
     def is_be(self) -> bool:
         return self.raw_qos is QoSClass.BE
 
-    @property
+    @cached_property
     def kube_best_effort(self) -> bool:
         return self.info.kube_qos is KubeQoS.BEST_EFFORT
 

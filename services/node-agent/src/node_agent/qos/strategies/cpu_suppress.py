@@ -163,7 +163,7 @@ def _suppress_writes(state: QoSState, cfg: ResourceThresholdStrategy, suppress: 
             for c in parse_cpuset(p.info.cpuset):
                 owner[c] = p.raw_qos.value
     excluded = never_be(state)
-    free = [proc for proc in state.processors if proc.cpu not in excluded]
+    free = [proc for proc in state.processors if proc.cpu not in excluded] if excluded else state.processors
     lsr = [proc for proc in free if owner.get(proc.cpu) == "LSR"] if owner else []
     ls = [proc for proc in free if owner.get(proc.cpu) not in ("LSR", "LSE")] if owner else free
     n = max(math.ceil(suppress / 1000), BE_MIN_CPUS)
