@@ -21,6 +21,38 @@ NAME = "cpuset_allocator"
 
 
 def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
+    inputs = _inputs(state)
+    hit = _PLANS.get(state.node)
+    if hit is not None and _same(hit[0], inputs):
+        return list(hit[1])
+    writes = _derive(state)
+    if len(_PLANS) >= _PLANS_LIMIT:
+        _PLANS.clear()
+    _PLANS[state.node] = (inputs, writes)
+    return list(writes)
+
+
+# The plan follows from the node's CPUs and its pods' specs and dirs alone, never from usage: a
+# node's plan is kept while those are the same (a pod's PodInfo is derived again whenever the
+# pod changes), instead of deriving the pools and every container's cpuset each round.
+_PLANS: dict[str, tuple[tuple, list[CgroupWrite]]] = {}  # node -> (its inputs, its writes)
+_PLANS_LIMIT = 100_000
+
+
+def _inputs(state: QoSState) -> tuple:
+    pods = tuple((p.info, p.rel, tuple(p.containers.items())) for p in state.pods)
+    return (state.processors, state.kubelet_pinned_cpus, state.reserved_cpus, state.system_qos_cpus,
+            state.kubelet_cpu_policy, pods)
+
+
+def _same(old: tuple, new: tuple) -> bool:
+    """The inputs match: equal node facts, and the very same PodInfo of each pod in the same order."""
+    if old[:5] != new[:5] or len(old[5]) != len(new[5]):
+        return False
+    return all(a[0] is b[0] and a[1:] == b[1:] for a, b in zip(old[5], new[5], strict=True))
+
+
+def _derive(state: QoSState) -> list[CgroupWrite]:
     cpus = cpuorch.node_cpus(state)
     if not cpus.topology.valid:
         return []
