@@ -42,7 +42,8 @@ from .ring import SlotRing
 NODE = "node"
 SYSTEM = "system"
 NAN2 = (math.nan, math.nan)
-NODE_ROWS = np.array([0, 1])  # the node ring's columns of NODE and SYSTEM (the order record() pushes them in)
+NODE_ROWS = np.array([0, 1])
+PROD_CLASSES = (PriorityClass.PROD, PriorityClass.NONE)  # made once: read per pod per NodeMetric  # the node ring's columns of NODE and SYSTEM (the order record() pushes them in)
 
 Pair = tuple[float, float]  # (cpu milli-cores, memory bytes); NaN = no value this round
 
@@ -242,7 +243,7 @@ class NodeHistory:
         return self._prod_sums(now_ms, keyed, *_prod_quantiles(ts, values[:, [c for _, c in keyed], :]))
 
     def _prod(self) -> list[PodInfo]:
-        return [p for p in self.pods.values() if p.priority_class in (PriorityClass.PROD, PriorityClass.NONE)]
+        return [p for p in self.pods.values() if p.priority_class in PROD_CLASSES]
 
     def _prod_columns(self) -> list[tuple[PodInfo, int]]:
         """The prod pods with a history, and their column in the pod ring."""

@@ -44,11 +44,15 @@ SAVE_BELOW_PERCENT = 60
 POLICIES = ("none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto")
 
 OVERLOAD, COOLING, IDLE, UNKNOWN = "overload", "cooling", "idle", "unknown"
+# the classes as tuples made once: an Enum member looked up through its class costs about 0.3 us
+# on Python 3.11, and these are tested per pod per round
+_NO_BURST = (QoSClass.LSR, QoSClass.LSE, QoSClass.BE)
+_BOUND = (QoSClass.LSE, QoSClass.LSR)
 UP, DOWN, REMAIN, RESET = "up", "down", "remain", "reset"
 
 
 def eligible(p: PodState) -> bool:
-    return p.raw_qos not in (QoSClass.LSR, QoSClass.LSE, QoSClass.BE) and p.info.phase in ("Pending", "Running")
+    return p.raw_qos not in _NO_BURST and p.info.phase in ("Pending", "Running")
 
 
 # Koordinator's CPUBurstConfig, what the annotation may set (the share pool threshold is the node's);
@@ -91,9 +95,9 @@ def share_pool_state(state: QoSState, threshold: int) -> str:
     used = state.node_usage.cpu_milli
     for p in state.pods:
         q = p.raw_qos
-        if q in (QoSClass.LSE, QoSClass.LSR):
+        if q in _BOUND:
             total -= p.info.requests.cpu_milli
-        if q in (QoSClass.LSE, QoSClass.LSR, QoSClass.BE) and p.usage is not None:
+        if q in _NO_BURST and p.usage is not None:  # LSE, LSR and BE: not in the share pool
             used -= p.usage.cpu_milli
     ratio = used / total if total > 0 else 1.0
     if ratio >= threshold / 100:
