@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import NamedTuple
 
 from koordcommon.model import KubeQoS, PriorityClass, QoSClass
@@ -69,20 +68,18 @@ class PodState:
     throttled_ratio: float | None = None
     container_usage: dict[str, Resources] = field(default_factory=dict)  # container name -> last collected
 
-    # Cached: a round's strategies ask each of these several times per pod, and a PodState lives
-    # one round with the same `info`.
-    @cached_property
-    def raw_qos(self) -> QoSClass:
-        """The koordinator.sh/qosClass label only (what suppress/evict/burst consult)."""
-        return self.info.qos if self.info.qos_label else _NONE
+    # Derived from `info` once, when the round's state is built: the strategies ask each of these
+    # several times per pod (a property, or functools.cached_property with its lock on Python
+    # 3.11, costs two to four times as much over a round).
+    # the koordinator.sh/qosClass label only (what suppress/evict/burst consult)
+    raw_qos: QoSClass = field(init=False, repr=False, compare=False)
+    is_be: bool = field(init=False, repr=False, compare=False)
+    kube_best_effort: bool = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def is_be(self) -> bool:
-        return self.raw_qos is _BE
-
-    @cached_property
-    def kube_best_effort(self) -> bool:
-        return self.info.kube_qos is _BEST_EFFORT
+    def __post_init__(self) -> None:
+        self.raw_qos = raw = self.info.qos if self.info.qos_label else _NONE
+        self.is_be = raw is _BE
+        self.kube_best_effort = self.info.kube_qos is _BEST_EFFORT
 
 
 @dataclass(frozen=True)
