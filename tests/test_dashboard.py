@@ -28,6 +28,7 @@ from koordcommon.resources import Resources
 from koordcommon.schemas import ContainerUsage, Event, NodeMetricSample, NodeResource, Owner, PodUsage
 from koordcommon.testing.nats import drop_namespace
 from koordcommon.testing.net import free_port, wait_http_ready
+from koordcommon.testing.processes import stop
 
 GIB = 1 << 30
 NODES = ("node-a", "node-b", "node-c")
@@ -210,12 +211,7 @@ def stack(tmp_path_factory, nats_url):
             wait_http_ready(recommender + "/api/v1/recommendations", timeout=10)
             yield {"collector": url, "recommender": recommender, "tmp": tmp, "token": API_TOKEN}
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, timeout_s=15)
             asyncio.run(drop_namespace(nats_url, namespace))  # the collector's streams
 
 

@@ -28,6 +28,7 @@ from koordcommon.schemas import NodeResource, Resources
 from koordcommon.testing.nats import nats_server_binary
 from koordcommon.testing.natscluster import NatsCluster
 from koordcommon.testing.net import free_port, wait_http_ready
+from koordcommon.testing.processes import stop
 from koordctl.secure import init_secrets
 
 pytestmark = pytest.mark.e2e
@@ -98,12 +99,7 @@ def intruder(tmp_path: Path, name: str, target_port: int, config: dict | None = 
         wait_http_ready(f"http://127.0.0.1:{monitor}/varz", 10)
         yield monitor, log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout_s=5)
 
 
 async def test_the_cluster_forms_over_authenticated_tls_routes(secured):
