@@ -994,6 +994,7 @@ class Consumer(Generic[M]):
     async def _process(self, msgs: list[Msg]) -> None:
         bus = self._bus
         good: list[Msg] = []
+        retry: list[Msg] = []  # not dead-lettered (the bus failed): handed back after the pause
         deliveries: list[Delivery[M]] = []
         msgs = _latest_deliveries(msgs)
         for m, msg in zip(msgs, decode_all(self.schema, [m.data for m in msgs])):
@@ -1007,11 +1008,12 @@ class Consumer(Generic[M]):
                 if await bus._dead_letter(m, msg, self.schema, self.stream):
                     await _quietly(m.term())
                 else:
-                    await _quietly(m.nak(self.nak_delay_s))
+                    retry.append(m)
                 continue
             good.append(m)
             deliveries.append(bus._delivery(m, msg, published))
         if not deliveries:
+            await self._hand_back(retry)
             return
         keepalive = asyncio.create_task(self._keep_in_progress(good))
         try:
@@ -1022,10 +1024,11 @@ class Consumer(Generic[M]):
                 "batch handler failed; messages will be redelivered",
                 extra={"durable": self.durable, "stream": self.stream, "count": len(good)},
             )
-            await asyncio.gather(*(m.nak(self.nak_delay_s) for m in good), return_exceptions=True)
+            await self._hand_back(retry + good)
             return
         finally:
             keepalive.cancel()
+        await self._hand_back(retry)
         try:
             # The server applies one connection's acks to a consumer in order: the confirmed
             # last ack means the ones before it are applied too, for one round trip per batch.
@@ -1039,6 +1042,20 @@ class Consumer(Generic[M]):
             )
         self.handled += len(good)
         self._consumed.inc(len(good))
+
+    async def _hand_back(self, msgs: Sequence[Msg]) -> None:
+        """Messages this process could not finish are redelivered after nak_delay_s.
+
+        The consumer pauses for the delay, then naks without one: a failing handler or dead-letter
+        publish means a dependency is down, so fetching more work meanwhile would only fail too.
+        A NAK carrying a delay is not used because nats-server 2.9 (Debian 12's package) mixes up
+        the delayed redeliveries of a batch: one message came back twice and another not until
+        ack_wait expired, 30 s later.
+        """
+        if not msgs:
+            return
+        await self._sleep(self.nak_delay_s)
+        await asyncio.gather(*(m.nak() for m in msgs), return_exceptions=True)
 
     async def _keep_in_progress(self, msgs: Sequence[Msg]) -> None:
         """A handler slower than ack_wait must not see its batch redelivered to another process."""
