@@ -72,3 +72,25 @@ async def test_a_member_outside_the_group_is_refused(member, members, partitions
     with pytest.raises(ValueError, match="not a group"):
         await Bus("nats://127.0.0.1:1", service="x").consume_group(
             subjects.NODEMETRIC_STREAM, "g", "koord.nodemetric.*", NodeMetric, None, member, members, partitions)
+
+
+async def test_a_server_without_subject_transforms_is_refused_by_name(bus: Bus):
+    """The shared server (NATS_URL; Debian 12's package is 2.9): before 2.10 the server keeps the
+    group's source without its partition transform, and the group is refused, naming the
+    version, its half-made stream removed; from 2.10 on the group forms."""
+
+    async def handle(_deliveries) -> None: ...
+
+    v = bus.nc.connected_server_version
+    work = bus.wire_stream("KOORD_NODEMETRIC_SLO_CONTROLLER")
+    if (v.major, v.minor) < (2, 10):
+        with pytest.raises(RuntimeError, match=rf"needs nats-server 2\.10 or later .* is {v.major}\.{v.minor}\.{v.patch}"):
+            await bus.consume_group(subjects.NODEMETRIC_STREAM, "slo-controller", "koord.nodemetric.*", NodeMetric,
+                                    handle, member=0, members=1, partitions=3)  # fmt: skip
+        assert work not in [s.config.name for s in await bus.js.streams_info()]
+    else:
+        consumers = await bus.consume_group(subjects.NODEMETRIC_STREAM, "slo-controller", "koord.nodemetric.*",
+                                            NodeMetric, handle, member=0, members=1, partitions=3)  # fmt: skip
+        assert len(consumers) == 3
+        for c in consumers:
+            await c.stop()

@@ -644,9 +644,18 @@ class Bus:
                                   storage=api.StorageType.FILE, num_replicas=self.stream_replicas, sources=[source],
                                   max_age=float(stream.max_age_s or 0))  # fmt: skip
         try:
-            await self.js.add_stream(config)
+            info = await self.js.add_stream(config)
         except nats.js.errors.BadRequestError:
-            await self.js.stream_info(work)  # it exists (another member created it)
+            info = await self.js.stream_info(work)  # it exists (another member created it)
+        if not any(src.subject_transforms for src in info.config.sources or []):
+            # A server before 2.10 stores the source without its transform: no message would carry
+            # a partition, every member would wait for ever and its nodes degrade without a word.
+            await _quietly(self.js.delete_stream(work))  # nor would it keep a copy of every message
+            raise RuntimeError(
+                f"consumer group {group!r} needs nats-server 2.10 or later (stream subject transforms); "
+                f"the server at {redact_url(self.url)} is {_version(self.nc)} and kept "
+                f"stream {work} without its partition transform"
+            )
         out = []
         for p in range(member, partitions, members):
             consumer = Consumer(self, work_name, f"{group}-p{p}", f"{per_node_subjects[:-2]}.*.{p}", schema, handler,
@@ -1107,6 +1116,11 @@ def _stop_if_cancelling() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+def _version(nc: NATS) -> str:
+    v = nc.connected_server_version
+    return f"{v.major}.{v.minor}.{v.patch}"
 
 
 async def _quietly(aw: Awaitable[Any]) -> None:
