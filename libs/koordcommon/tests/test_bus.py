@@ -222,6 +222,40 @@ async def test_invalid_messages_are_dead_lettered_and_consumer_continues(bus: Bu
     assert info.num_ack_pending == 0 and info.num_pending == 0  # the bad one was terminated, not left pending
 
 
+async def test_a_bad_message_whose_dead_letter_fails_is_kept_until_it_can_be_dead_lettered(bus: Bus):
+    """Dead-lettering is how a bad message leaves the stream: while the dead-letter stream is gone
+    the message is handed back (never dropped), the good ones go on, and once the stream is back
+    the message is dead-lettered once and terminated."""
+    handled: list[Delivery] = []
+    undecodable_before = metric("koord_bus_deadletter_total", service="test", stream="KOORD_METRICS",
+                                reason_kind="undecodable")  # fmt: skip
+
+    async def handle(batch):
+        handled.extend(batch)
+
+    consumer = await bus.consume(subjects.METRICS_STREAM, "c", "koord.metrics.>", NodeMetricSample, handle, **FAST)
+    await bus.js.delete_stream(bus.wire_stream(subjects.DEADLETTER_STREAM))
+    await bus.js.publish(bus.wire_subject(subjects.metrics("n1")), b"\xff not json")
+    await bus.publish(subjects.metrics("n1"), sample("n1", cpu=7))
+    await wait_until(lambda: handled, what="the valid message")
+    await asyncio.sleep(1.0)  # the bad one has come back at least once meanwhile, undelivered
+    info = await bus.js.consumer_info(bus.wire_stream(subjects.METRICS_STREAM), "c")
+    assert info.num_ack_pending + info.num_pending == 1
+
+    await bus.ensure_stream(subjects.DEADLETTER_STREAM)
+    await wait_until(
+        lambda: metric("koord_bus_deadletter_total", service="test", stream="KOORD_METRICS", reason_kind="undecodable")
+        > undecodable_before,
+        what="the dead letter",
+    )
+    await asyncio.sleep(0.5)
+    await consumer.stop()
+    assert await stream_messages(bus, subjects.DEADLETTER_STREAM) == 1
+    info = await bus.js.consumer_info(bus.wire_stream(subjects.METRICS_STREAM), "c")
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+    assert [d.msg.node_usage.cpu_milli for d in handled] == [7]
+
+
 async def test_pause_holds_fetching_until_resume(bus: Bus):
     handled = []
 
