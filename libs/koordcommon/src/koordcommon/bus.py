@@ -1037,7 +1037,6 @@ class Consumer(Generic[M]):
             return
         finally:
             keepalive.cancel()
-        await self._hand_back(retry)
         try:
             # The server applies one connection's acks to a consumer in order: the confirmed
             # last ack means the ones before it are applied too, for one round trip per batch.
@@ -1051,6 +1050,7 @@ class Consumer(Generic[M]):
             )
         self.handled += len(good)
         self._consumed.inc(len(good))
+        await self._hand_back(retry)
 
     async def _hand_back(self, msgs: Sequence[Msg]) -> None:
         """Messages this process could not finish are redelivered after nak_delay_s.
