@@ -14,7 +14,10 @@ to drain, and the run reports:
   (`--memory-warmup`), the peak, and the growth rate (least squares over each life, weighted by
   its length) in MB/h. The node agent's history rings are allocated whole but their pages are
   touched as they first fill (pod rings in 5 minutes, node rings in 30 on the sim agent), so its
-  steady state shows only after `--memory-warmup 1860` in a run longer than that;
+  steady state shows only after `--memory-warmup 1860` in a run longer than that. The growth is
+  also fitted over each half of the longest life judged: a slope that falls in the second half is
+  memory levelling off, one that holds is a leak. `--memory-out DIR` writes every RSS sample
+  (memory.csv) and their plot (memory.png);
 * samples: published (accepted by JetStream: the KOORD_METRICS stream's messages), stored (the
   collector's node rows), dead-lettered, lost (published, not stored, not dead-lettered), rows
   stored twice for one (node, time), and the duplicates the collector dropped (redeliveries);
@@ -111,9 +114,59 @@ class Memory:
             first = judged_all[0][1] if judged_all else None
             last = lives[-1].judged()[-1][1] if lives and lives[-1].judged() else None
             growth = float(np.average(slopes, weights=weights)) if slopes else None
+            longest = max(lives, key=lambda life: len(life.judged()), default=None)
             out[name] = {"lives": len(lives), "first_mb": first, "last_mb": last, "peak_mb": peak,
-                         "growth_mb_h": growth, "judged_s": sum(weights)}  # fmt: skip
+                         "growth_mb_h": growth, "judged_s": sum(weights),
+                         "halves_mb_h": halves(longest.judged()) if longest else None}  # fmt: skip
         return out
+
+    def write_csv(self, path: Path, t0: float) -> None:
+        """Every RSS sample: process, pid, seconds since the start, MB."""
+        with path.open("w") as f:
+            f.write("process,pid,t_s,rss_mb\n")
+            for name, lives in sorted(self.lives.items()):
+                for life in lives:
+                    for t, mb in life.points:
+                        f.write(f"{name},{life.pid},{t - t0:.1f},{mb:.1f}\n")
+
+    def plot(self, path: Path, t0: float) -> None:
+        """RSS of every process over the run, its warm-up shaded (matplotlib, when installed)."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print(f"   (no matplotlib: {path.name} not drawn)")
+            return
+        fig, ax = plt.subplots(figsize=(10, 5))
+        for name, lives in sorted(self.lives.items()):
+            for i, life in enumerate(lives):
+                t = [(p[0] - t0) / 60 for p in life.points]
+                ax.plot(t, [p[1] for p in life.points], label=name if i == 0 else None,
+                        color=f"C{sorted(self.lives).index(name)}")  # fmt: skip
+        ax.axvspan(0, self.warmup_s / 60, color="0.9", label="warm-up (not judged)")
+        ax.set_xlabel("minutes")
+        ax.set_ylabel("RSS (MB)")
+        ax.set_title("memory of every process over the soak")
+        ax.legend(fontsize=8, loc="upper left")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+
+
+def halves(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Growth (MB/h, least squares) over the first and the second half of a judged span: a
+    slope that falls in the second half is memory levelling off, one that holds is a leak."""
+    if len(points) < 6 or points[-1][0] - points[0][0] < 120:
+        return None
+    mid = (points[0][0] + points[-1][0]) / 2
+    out = []
+    for part in ([p for p in points if p[0] <= mid], [p for p in points if p[0] >= mid]):
+        t = np.array([p[0] for p in part])
+        m = np.array([p[1] for p in part])
+        out.append(float(np.polyfit(t - t[0], m, 1)[0] * 3600))
+    return out[0], out[1]
 
 
 class Jetstream:
@@ -335,13 +388,22 @@ async def run(args) -> int:
     if slowest:
         print(f"   back ready after a kill: median {np.median([k[2] for k in kills]):.1f} s, "
               f"slowest {slowest[2]:.1f} s ({slowest[1]})")  # fmt: skip
-    print(f"\n   memory (RSS MB, judged after {args.memory_warmup:.0f} s of a life)"
-          "\n                                  lives  after warm-up  at the end   peak   growth MB/h (over s)")
+    print(f"\n   memory (RSS MB, judged after {args.memory_warmup:.0f} s of a life; growth over the first /"
+          " second half of the longest life judged)"
+          "\n                                  lives  after warm-up  at the end   peak   growth MB/h (over s)   halves")
     for name, m in sorted(memory.summary().items()):
         g = "      -" if m["growth_mb_h"] is None else f"{m['growth_mb_h']:+7.1f}"
         first = "    -" if m["first_mb"] is None else f"{m['first_mb']:5.0f}"
         last = "    -" if m["last_mb"] is None else f"{m['last_mb']:5.0f}"
-        print(f"   {name:30s} {m['lives']:5d}  {first:>13s}  {last:>10s}  {m['peak_mb']:5.0f}   {g} ({m['judged_s']:.0f})")
+        h = "-" if m["halves_mb_h"] is None else "{:+.1f} / {:+.1f}".format(*m["halves_mb_h"])
+        print(f"   {name:30s} {m['lives']:5d}  {first:>13s}  {last:>10s}  {m['peak_mb']:5.0f}   {g} ({m['judged_s']:.0f})"
+              f"   {h}")
+    if args.memory_out:
+        out = Path(args.memory_out)
+        out.mkdir(parents=True, exist_ok=True)
+        memory.write_csv(out / "memory.csv", t0)
+        memory.plot(out / "memory.png", t0)
+        print(f"   every sample in {out / 'memory.csv'}, the plot in {out / 'memory.png'}")
     print(f"\n   samples: published {published}, stored {stored}, dead-lettered {dl_metrics:.0f}, lost {lost}, "
           f"stored twice {twice}; duplicates dropped by the collector (redeliveries) >= {dropped:.0f}")
     print("\n   consumers: deliveries beyond the messages delivered (redeliveries), pending, unacked")
@@ -390,6 +452,7 @@ def main() -> int:
     ap.add_argument("--ready-timeout", type=float, default=300)
     ap.add_argument("--drain-timeout", type=float, default=120)
     ap.add_argument("--keep", action="store_true", help="keep the logs and data")
+    ap.add_argument("--memory-out", default="", help="folder for memory.csv (every RSS sample) and memory.png")
     args = ap.parse_args()
     # this process's own bus client reconnects when NATS is killed: that is the point, not news
     logging.basicConfig(level=logging.ERROR)
