@@ -16,7 +16,15 @@ from node_agent.core.pods import PodInfo
 from node_agent.qos.files import MemoryCgroupFiles
 from node_agent.qos.model import BESample, BurstLimiter, HostApp, PodState, QoSState
 from node_agent.qos.round import QoSMemory, plan_round
-from node_agent.qos.strategies import cpu_burst, cpu_evict, cpu_suppress, group_identity, memory_evict, memory_qos
+from node_agent.qos.strategies import (
+    cpu_burst,
+    cpu_evict,
+    cpu_suppress,
+    eviction,
+    group_identity,
+    memory_evict,
+    memory_qos,
+)
 from node_agent.qos.strategies.cpuset import synthetic_topology
 
 GI = 1 << 30
@@ -319,7 +327,7 @@ def test_memory_allocatable_evict(requests, expected):
     st.tier_allocatable = {"batch-memory": 100 * GI}
     cfg = slo(memoryAllocatableEvictThresholdPercent=80, memoryAllocatableEvictLowerPercent=70,
               allocatableEvictPriorityThreshold=5999)
-    assert memory_evict.allocatable_release(st, "memory", 80, 70, 5999) == (
+    assert eviction.allocatable_release(st, "memory", 80, 70, 5999) == (
         {"batch-memory": 16106127360} if expected else {})
     assert [(e.name, e.release.memory_bytes) for e in memory_evict.plan(st, cfg)] == expected
 

@@ -207,53 +207,10 @@ def be_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
 # --------------------------------------------------------------------------- CPUAllocatableEvict
 
 
-def allocatable_release(state: QoSState, kind: str, threshold: int, lower: int, priority_threshold: int
-                        ) -> dict[str, int]:
-    """Per batch/mid resource of `kind` (cpu | memory): what to release so that the requests of the pods at
-    or under the priority threshold come back to lower % of the node's allocatable."""
-    requested: dict[str, int] = {}
-    for p in state.pods:
-        if p.info.priority_value > priority_threshold:
-            continue
-        name, value = eviction.tier_request(p, kind)
-        requested[name] = requested.get(name, 0) + value
-    out = {}
-    for name, rq in requested.items():
-        if not name.startswith(("batch-", "mid-")):
-            continue  # Koordinator counts plain requests of free pods too, which no victim can release
-        alloc = state.tier_allocatable.get(name, 0)
-        if alloc == 0:
-            out[name] = rq  # nothing allocatable: all of it
-        elif rq / alloc > threshold / 100:
-            # the two koordlet evictors round the same figure differently; each is kept
-            out[name] = int(rq - lower / 100 * alloc) if kind == "cpu" else int((rq / alloc - lower / 100) * alloc)
-    return {k: v for k, v in out.items() if v > 0}
-
-
 def allocatable_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
     cfg = slo.resourceUsedThresholdWithBE
-    if cpu_allocatable_problem(cfg) is not None:
-        return None
-    release = allocatable_release(state, "cpu", cfg.cpuAllocatableEvictThresholdPercent,
-                                  cfg.cpuAllocatableEvictLowerPercent, cfg.allocatableEvictPriorityThreshold)
-    if not release:
-        return None
-
-    def pod_release(p: PodState) -> dict[str, int]:
-        # only pods of a class whose resource is over its threshold release anything
-        name, value = eviction.tier_request(p, "cpu")
-        return {name: value} if name in release else {}
-
-    victims = eviction.generic_victims(state.pods, "CPUAllocatableEvict", cfg.allocatableEvictPriorityThreshold,
-                                       lambda p: eviction.tier_request(p, "cpu")[1])
-    text = ", ".join(f"{v} {k}" for k, v in sorted(release.items()))
-    inputs = {"threshold_percent": cfg.cpuAllocatableEvictThresholdPercent,
-              "lower_percent": cfg.cpuAllocatableEvictLowerPercent,
-              "allocatable": {k: state.tier_allocatable.get(k, 0) for k in release},
-              "priority_threshold": cfg.allocatableEvictPriorityThreshold}  # fmt: skip
-    return EvictTask("CPUAllocatableEvict", f"CPUAllocatableEvict: requests over "
-                     f"{cfg.cpuAllocatableEvictThresholdPercent}% of allocatable: release {text}",
-                     victims, release, REQUEST, pod_release, inputs)
+    return eviction.allocatable_task(state, cfg, "cpu", "CPUAllocatableEvict", cfg.cpuAllocatableEvictThresholdPercent,
+                                     cfg.cpuAllocatableEvictLowerPercent, cpu_allocatable_problem(cfg))
 
 
 # --------------------------------------------------------------------------- CPUEvict

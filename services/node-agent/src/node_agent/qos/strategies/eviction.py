@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 from koordcommon.model import PriorityClass
 from koordcommon.resources import Resources
+from koordcommon.schemas import ResourceThresholdStrategy
 
-from ..model import Eviction, PodState
+from ..model import Eviction, PodState, QoSState
 
 ANNOTATION_EVICTION_POLICY = "koordinator.sh/eviction-policy"
 ANNOTATION_EVICTION_PRIORITY = "koordinator.sh/eviction-priority"
@@ -150,3 +151,52 @@ def evict(tasks: list[EvictTask], strategy: str, cool_down: str, pending: frozen
             if _met(task, released):
                 break
     return plan
+
+
+def allocatable_release(state: QoSState, kind: str, threshold: int, lower: int, priority_threshold: int
+                        ) -> dict[str, int]:
+    """Per batch/mid resource of `kind` (cpu | memory): what to release so that the requests of the pods at
+    or under the priority threshold come back to lower % of the node's allocatable."""
+    requested: dict[str, int] = {}
+    for p in state.pods:
+        if p.info.priority_value > priority_threshold:
+            continue
+        name, value = tier_request(p, kind)
+        requested[name] = requested.get(name, 0) + value
+    out = {}
+    for name, rq in requested.items():
+        if not name.startswith(("batch-", "mid-")):
+            continue  # Koordinator counts plain requests of free pods too, which no victim can release
+        alloc = state.tier_allocatable.get(name, 0)
+        if alloc == 0:
+            out[name] = rq  # nothing allocatable: all of it
+        elif rq / alloc > threshold / 100:
+            # the two koordlet evictors round the same figure differently; each is kept
+            out[name] = int(rq - lower / 100 * alloc) if kind == "cpu" else int((rq / alloc - lower / 100) * alloc)
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def allocatable_task(state: QoSState, cfg: ResourceThresholdStrategy, kind: str, strategy: str,
+                     threshold: int, lower: int, problem: str | None) -> EvictTask | None:
+    """CPUAllocatableEvict / MemoryAllocatableEvict (`kind` cpu | memory): the batch/mid requests
+    over `threshold` % of the node's allocatable are brought back to `lower` %, evicting by the
+    generic order; nothing when the settings have a `problem` (not_supported names it)."""
+    if problem is not None:
+        return None
+    release = allocatable_release(state, kind, threshold, lower, cfg.allocatableEvictPriorityThreshold)
+    if not release:
+        return None
+
+    def pod_release(p: PodState) -> dict[str, int]:
+        # only pods of a class whose resource is over its threshold release anything
+        name, value = tier_request(p, kind)
+        return {name: value} if name in release else {}
+
+    victims = generic_victims(state.pods, strategy, cfg.allocatableEvictPriorityThreshold,
+                                       lambda p: tier_request(p, kind)[1])
+    text = ", ".join(f"{v} {k}" for k, v in sorted(release.items()))
+    inputs = {"threshold_percent": threshold, "lower_percent": lower,
+              "allocatable": {k: state.tier_allocatable.get(k, 0) for k in release},
+              "priority_threshold": cfg.allocatableEvictPriorityThreshold}  # fmt: skip
+    return EvictTask(strategy, f"{strategy}: requests over {threshold}% of allocatable: release {text}",
+                     victims, release, REQUEST, pod_release, inputs)

@@ -28,8 +28,8 @@ from koordcommon.schemas import NodeSLOSpec, ResourceThresholdStrategy
 
 from ..model import Eviction, PodState, QoSState
 from . import eviction
-from .cpu_evict import allocatable_problem, allocatable_release
-from .eviction import REQUEST, USED, EvictTask
+from .cpu_evict import allocatable_problem
+from .eviction import USED, EvictTask
 
 NAME = "memory_evict"
 COOL_DOWN = NAME  # koordlet's BEMemoryEvict, MemoryEvict and MemoryAllocatableEvict share this clock
@@ -106,27 +106,9 @@ def be_task(state: QoSState, release: int, inputs: dict | None = None) -> EvictT
 
 def allocatable_task(state: QoSState, slo: NodeSLOSpec) -> EvictTask | None:
     cfg = slo.resourceUsedThresholdWithBE
-    if memory_allocatable_problem(cfg) is not None:
-        return None
-    release = allocatable_release(state, "memory", cfg.memoryAllocatableEvictThresholdPercent,
-                                  cfg.memoryAllocatableEvictLowerPercent, cfg.allocatableEvictPriorityThreshold)
-    if not release:
-        return None
-
-    def pod_release(p: PodState) -> dict[str, int]:
-        name, value = eviction.tier_request(p, "memory")
-        return {name: value} if name in release else {}
-
-    victims = eviction.generic_victims(state.pods, "MemoryAllocatableEvict", cfg.allocatableEvictPriorityThreshold,
-                                       lambda p: eviction.tier_request(p, "memory")[1])
-    text = ", ".join(f"{v} {k}" for k, v in sorted(release.items()))
-    inputs = {"threshold_percent": cfg.memoryAllocatableEvictThresholdPercent,
-              "lower_percent": cfg.memoryAllocatableEvictLowerPercent,
-              "allocatable": {k: state.tier_allocatable.get(k, 0) for k in release},
-              "priority_threshold": cfg.allocatableEvictPriorityThreshold}  # fmt: skip
-    return EvictTask("MemoryAllocatableEvict", f"MemoryAllocatableEvict: requests over "
-                     f"{cfg.memoryAllocatableEvictThresholdPercent}% of allocatable: release {text}",
-                     victims, release, REQUEST, pod_release, inputs)
+    return eviction.allocatable_task(state, cfg, "memory", "MemoryAllocatableEvict",
+                                     cfg.memoryAllocatableEvictThresholdPercent, cfg.memoryAllocatableEvictLowerPercent,
+                                     memory_allocatable_problem(cfg))
 
 
 def usage_task(state: QoSState, slo: NodeSLOSpec, release: int, inputs: dict | None = None) -> EvictTask | None:
