@@ -16,8 +16,12 @@ Cases (issue: the what-if replay):
   the span once the batch backlog has formed).
 
 Times are process CPU seconds (`time.process_time`): one core, whatever else the machine runs.
+`--breakdown` also prints each service's share of the simulated minutes (the node agent's QoS
+rounds, its NodeMetric build, kube-scheduler's cycles with the extender's verbs, the
+slo-controller's per-metric plan, the descheduler's rounds, ...), the figures the README's
+"Speed, and what falls short" quotes.
 
-    .venv/bin/python bench/whatif.py [--case machines|synthetic|both] [--hours H] [--nodes N]
+    .venv/bin/python bench/whatif.py [--case machines|synthetic|both] [--hours H] [--nodes N] [--breakdown]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import numpy as np
+from koordwhatif.engine import Replay
 
 
 def floor_rate(spec, hours: float, tick_s: int = 60) -> float:
@@ -56,17 +61,87 @@ def floor_rate(spec, hours: float, tick_s: int = 60) -> float:
     return ticks * len(nodes) * tick_s / 60 / spent
 
 
-def replay_rate(spec, hours: float) -> tuple[float, float, dict]:
-    """(node-minutes per CPU second, CPU seconds, the summary) of the default configuration."""
-    from koordwhatif.config import WhatIfConfig
-    from koordwhatif.engine import replay
+def replay_rate(spec, hours: float, breakdown: bool = False) -> tuple[float, float, dict]:
+    """(node-minutes per CPU second, CPU seconds, the summary) of the default configuration;
+    `breakdown`: also print where the simulated minutes' time went, service by service."""
+    import asyncio
 
+    from koordwhatif.config import WhatIfConfig
+
+    timings: dict[str, float] = {}
+    replayer = (TimedReplay if breakdown else Replay)(spec, WhatIfConfig(), int(hours * 3600), progress=_progress)
+    if breakdown:
+        replayer.timings = timings
     t0 = time.process_time()
-    result = replay(spec, WhatIfConfig(), duration_s=int(hours * 3600), progress=_progress)
+    result = asyncio.run(replayer.run())
     spent = time.process_time() - t0
     summary = result.summary()
     print(file=sys.stderr)
+    if breakdown:
+        ticks = timings.pop("all of each minute")
+        print(f"where the simulated minutes went ({ticks:.1f} CPU s; the rest of the run is loading the traces "
+              "and building the services):")
+        timings["the replay's glue between them"] = max(ticks - sum(timings.values()), 0.0)
+        for name, t in sorted(timings.items(), key=lambda kv: -kv[1]):
+            print(f"  {t / ticks * 100:5.1f} %  {t:6.2f} s  {name}")
     return summary["node_minutes"] / spent, spent, summary
+
+
+def _timed(obj, name: str, label: str, timings: dict[str, float]) -> None:
+    """Replace obj.name (a method or coroutine method) by one that adds its CPU time to timings[label]."""
+    import inspect
+
+    f = getattr(obj, name)
+    if inspect.iscoroutinefunction(f):
+
+        async def timed(*a, **k):
+            t = time.process_time()
+            try:
+                return await f(*a, **k)
+            finally:
+                timings[label] = timings.get(label, 0.0) + time.process_time() - t
+    else:
+
+        def timed(*a, **k):
+            t = time.process_time()
+            try:
+                return f(*a, **k)
+            finally:
+                timings[label] = timings.get(label, 0.0) + time.process_time() - t
+
+    setattr(obj, name, timed)
+
+
+class TimedReplay(Replay):
+    """The replay with each service's entry points timed (the measuring costs a little)."""
+
+    timings: dict[str, float]
+
+    async def _build(self) -> None:
+        await super()._build()
+        t = self.timings
+        _timed(self.agent, "refresh", "node agent: pod lists", t)
+        _timed(self.agent, "measure", "node agent: usage read", t)
+        _timed(self.agent, "record", "node agent: history rings", t)
+        _timed(self.agent.reporter, "due", "node agent: NodeMetric build", t)
+        hook = self.agent.on_round.index(self.qos.on_round)  # the agent's hook list holds the method itself
+        _timed(self.qos, "on_round", "node agent: QoS rounds", t)
+        self.agent.on_round[hook] = self.qos.on_round
+        _timed(self.slo, "handle_metric", "slo-controller: per-metric plan", t)
+        _timed(self.extender, "apply_metric", "scheduler-extender: NodeMetric feed", t)
+        _timed(self.extender, "apply_node_resource", "scheduler-extender: NodeResource feed", t)
+        _timed(self.scheduler, "schedule_pending", "kube-scheduler cycles with the extender's verbs", t)
+        if self.descheduler is not None:
+            _timed(self.descheduler, "run_round", "descheduler: LowNodeLoad rounds", t)
+        if self.jobs is not None:
+            _timed(self.jobs, "step", "batch jobs: arrivals and completions", t)
+        _timed(self.cluster, "settle", "the services' cluster watches", t)
+        _timed(self, "_observe", "the replay's own ledger", t)
+
+    async def _tick(self, t_ms: int) -> None:
+        t = time.process_time()
+        await super()._tick(t_ms)
+        self.timings["all of each minute"] = self.timings.get("all of each minute", 0.0) + time.process_time() - t
 
 
 def _progress(done: int, total: int) -> None:
@@ -74,13 +149,14 @@ def _progress(done: int, total: int) -> None:
         print(f"\r  {done}/{total} ticks", end="", file=sys.stderr, flush=True)
 
 
-def run_case(name: str, nodes: int, hours: float, target_s: float, target_hours: float) -> float:
+def run_case(name: str, nodes: int, hours: float, target_s: float, target_hours: float, breakdown: bool = False
+             ) -> float:
     from koordwhatif.scenario import spec_for
 
     spec, about = spec_for("alibaba2018", nodes=nodes)
     print(f"\n== {name}: {about['title']}, {hours:g} h simulated; traces: {about['traces']}")
     floor = floor_rate(spec, min(hours, 24))
-    rate, spent, s = replay_rate(spec, hours)
+    rate, spent, s = replay_rate(spec, hours, breakdown)
     n = spec.nodes
     needed = n * target_hours * 60 / target_s
     print(f"replay: {s['node_minutes']:,.0f} node-minutes in {spent:.1f} CPU s = {rate:,.0f} node-minutes/s")
@@ -98,11 +174,13 @@ def main() -> None:
     ap.add_argument("--case", choices=("machines", "synthetic", "both"), default="machines")
     ap.add_argument("--hours", type=float, default=0, help="simulated hours (0: the case's own: 192 / 24)")
     ap.add_argument("--nodes", type=int, default=4000, help="synthetic case: nodes")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also print each service's share of the simulated minutes (the timing costs a little)")
     args = ap.parse_args()
     if args.case in ("machines", "both"):
-        run_case("machines", 0, args.hours or 192, 60, 192)
+        run_case("machines", 0, args.hours or 192, 60, 192, args.breakdown)
     if args.case in ("synthetic", "both"):
-        run_case("synthetic", args.nodes, args.hours or 24, 600, 24)
+        run_case("synthetic", args.nodes, args.hours or 24, 600, 24, args.breakdown)
 
 
 if __name__ == "__main__":
