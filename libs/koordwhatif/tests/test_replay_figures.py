@@ -17,17 +17,25 @@ node-2 16000 - 6400 - 1000 - 4000 = 4600m.
 The node agent reports its first NodeMetric at the first whole minute after it starts (the
 replay's second tick), so the first tick offers nothing: over T ticks the mean is (T - 1) / T of
 the steady value.
+
+The descheduler's rounds run at the multiples of its interval within each tick's minute, several a
+tick when the interval is shorter (Koordinator ships 10 s), so its anomaly condition counts rounds
+as the service does. With node-1 at 14000m (87.5 % CPU, over LowNodeLoad's high 75 %; node-2 under
+the low 45 %), a hot node acts after more than 5 consecutive hot rounds: with 60 s rounds the sixth
+is at T0 + 7 min (metrics from T0 + 2 min); with 10 s rounds the six come in the first minute of
+metrics, the last at T0 + 2 min 50 s.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from koordcommon.clusterhistory import COLUMNS, NODE_USAGE, NODES, POD_USAGE, csv_text
 from koordwhatif import scenario
-from koordwhatif.config import WhatIfConfig, with_knob
-from koordwhatif.engine import replay
+from koordwhatif.config import ConfigError, WhatIfConfig, with_knob
+from koordwhatif.engine import Replay, replay
 
 GIB = 1 << 30
 MIN = 60_000
@@ -40,12 +48,12 @@ def write(directory: Path, table: str, rows: list[dict]) -> None:
     (directory / f"{table}.csv").write_text(csv_text([cols, *([r.get(c, "") for c in cols] for r in rows)]))
 
 
-def history(directory: Path, node1_cpu: int = 6000) -> Path:
+def history(directory: Path, node1_cpu: int = 6000, minutes: int = TICKS + 2) -> Path:
     node = {"capacity_cpu_milli": 16_000, "capacity_memory_bytes": 64 * GIB, "allocatable_cpu_milli": 16_000,
             "allocatable_memory_bytes": 64 * GIB}  # fmt: skip
     write(directory, NODES, [{"node": "node-1", **node}, {"node": "node-2", **node}])
     usage, pods = [], []
-    for k in range(TICKS + 2):
+    for k in range(minutes):
         t = T0 + k * MIN
         usage += [{"ts": t, "node": "node-1", "cpu_milli": node1_cpu, "memory_bytes": 20 * GIB},
                   {"ts": t, "node": "node-2", "cpu_milli": 2000, "memory_bytes": 8 * GIB}]  # fmt: skip
@@ -109,3 +117,51 @@ def test_online_risk_by_hand(tmp_path, node1_cpu, over, strict, core_hours):
     assert result.ledger.series("online_cpu").tolist() == [[float(node1_cpu), 2000.0]] * TICKS
     # the online pods' memory and the system's: all the node holds without batch
     assert result.ledger.series("online_mem").tolist() == [[20.0 * GIB, 8.0 * GIB]] * TICKS
+
+
+SEC = 1000
+
+
+class Recorded(Replay):
+    """The replay, noting when each descheduler round ran and which nodes it found abnormal."""
+
+    async def _build(self) -> None:
+        await super()._build()
+        self.rounds: list[tuple[int, list[str]]] = []
+        run_round = self.descheduler.run_round
+
+        async def noted(now_ms: int):
+            report = await run_round(now_ms)
+            self.rounds.append((now_ms, list(report.plan.abnormal)))
+            return report
+
+        self.descheduler.run_round = noted
+
+
+def descheduler_rounds(directory: Path, interval_s: float, minutes: int) -> list[tuple[int, list[str]]]:
+    spec, _ = scenario.spec_for("history", history=history(directory, 14_000, minutes + 2), batch_load=0)
+    r = Recorded(spec, WhatIfConfig(descheduler_interval_s=interval_s), duration_s=minutes * 60)
+    asyncio.run(r.run())
+    return r.rounds
+
+
+@pytest.mark.parametrize("interval_s, times", [
+    (60, [T0 + k * MIN for k in (1, 2, 3)]),
+    (10, [T0 + k * MIN + s * SEC for k in (1, 2, 3) for s in (0, 10, 20, 30, 40, 50)]),
+    (90, [T0 + 60 * SEC, T0 + 150 * SEC]),  # T0 + 1 min is a multiple of 90 s (and of 5 min)
+    (300, [T0 + 60 * SEC]),
+])
+def test_descheduler_rounds_run_at_the_multiples_of_its_interval(tmp_path, interval_s, times):
+    assert [t for t, _ in descheduler_rounds(tmp_path, interval_s, 3)] == times
+
+
+@pytest.mark.parametrize("interval_s, first_abnormal", [(60, T0 + 7 * MIN), (10, T0 + 2 * MIN + 50 * SEC)])
+def test_a_hot_node_turns_abnormal_after_six_hot_descheduler_rounds(tmp_path, interval_s, first_abnormal):
+    seen = [t for t, abnormal in descheduler_rounds(tmp_path, interval_s, 8) if "node-1" in abnormal]
+    assert seen and seen[0] == first_abnormal
+
+
+def test_a_descheduler_interval_under_a_second_is_refused(tmp_path):
+    spec, _ = scenario.spec_for("history", history=history(tmp_path), batch_load=0)
+    with pytest.raises(ConfigError, match="descheduler_interval_s 0.5: at least 1 s"):
+        Replay(spec, WhatIfConfig(descheduler_interval_s=0.5), duration_s=60)
