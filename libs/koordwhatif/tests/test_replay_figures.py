@@ -165,3 +165,21 @@ def test_a_descheduler_interval_under_a_second_is_refused(tmp_path):
     spec, _ = scenario.spec_for("history", history=history(tmp_path), batch_load=0)
     with pytest.raises(ConfigError, match="descheduler_interval_s 0.5: at least 1 s"):
         Replay(spec, WhatIfConfig(descheduler_interval_s=0.5), duration_s=60)
+
+
+def test_the_report_states_each_configurations_timing_once(tmp_path):
+    from koordwhatif.report import report_doc
+    from koordwhatif.runner import _run_one
+
+    spec, _ = scenario.spec_for("history", history=history(tmp_path), batch_load=0)
+    runs = [_run_one(spec.model_dump(), WhatIfConfig(name=f"every {s} s", descheduler_interval_s=s), 120, 60, None)
+            for s in (60, 10)]
+    stated = report_doc(runs, {})["assumptions"]
+    timing = [a for a in stated if "one tick is 60 s" in a or "LowNodeLoad round" in a or "no recommender" in a]
+    assert [a.split(":")[0] if "one tick" in a else a for a in timing] == [
+        "one tick is 60 s of simulated time",
+        "the descheduler runs a LowNodeLoad round every 60 s",
+        ("no recommender runs in the replay: the scheduler-extender estimates every pod's load from its requests "
+         "and estimated_scaling_factors (use_profiles finds no workload profile)"),
+        "the descheduler runs a LowNodeLoad round every 10 s (6 a tick, on that tick's NodeMetrics)",
+    ]

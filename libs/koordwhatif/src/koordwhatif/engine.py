@@ -83,6 +83,24 @@ class RunResult:
         return self.ledger.summary(baseline=not self.config.colocation)
 
 
+def service_assumptions(cfg: WhatIfConfig, tick_s: int) -> list[str]:
+    """What the replay's timing and cast make of the services, for the report (both modes)."""
+    out = [
+        (f"one tick is {tick_s} s of simulated time: each node agent measures its node, runs QoS (CPU suppress, "
+         "BE CPU and memory eviction, the reconcilers) and reports once a tick, where a deployed agent collects "
+         "every second and runs QoS after each collection; usage within a tick is the trace's value for it"),
+        "kube-scheduler places the pending pods once a tick, after that tick's batch arrivals and completions",
+    ]
+    if cfg.descheduler is not None:
+        per_tick = max(1, math.ceil(tick_s / cfg.descheduler_interval_s))
+        out.append(f"the descheduler runs a LowNodeLoad round every {cfg.descheduler_interval_s:g} s"
+                   + (f" ({per_tick} a tick, on that tick's NodeMetrics)" if per_tick > 1 else ""))
+    if cfg.colocation and cfg.extender_settings().use_profiles:
+        out.append("no recommender runs in the replay: the scheduler-extender estimates every pod's load from its "
+                   "requests and estimated_scaling_factors (use_profiles finds no workload profile)")
+    return out
+
+
 class Replay:
     def __init__(self, spec: SimSpec, cfg: WhatIfConfig, duration_s: int, tick_s: int = 60,
                  progress: Progress | None = None) -> None:
@@ -284,6 +302,7 @@ class Replay:
         assumptions = list(getattr(self.cluster.state, "assumptions", []) or [])
         if self.jobs is not None:
             assumptions += self.jobs.assumptions()
+        assumptions += service_assumptions(self.cfg, self.tick_s)
         return RunResult(self.cfg, self.ledger, time.perf_counter() - started, assumptions)
 
 
@@ -293,4 +312,4 @@ def replay(spec: SimSpec, cfg: WhatIfConfig, duration_s: int, tick_s: int = 60,
     return asyncio.run(Replay(spec, cfg, duration_s, tick_s, progress).run())
 
 
-__all__ = ["ManualClock", "Replay", "RunResult", "replay"]
+__all__ = ["ManualClock", "Replay", "RunResult", "replay", "service_assumptions"]

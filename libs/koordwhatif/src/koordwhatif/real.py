@@ -74,7 +74,7 @@ from koordsim.scheduler import ExtenderScheduler
 from koordsim.spec import SimClock, SimSpec
 
 from .config import ConfigError, WhatIfConfig
-from .engine import ManualClock, Progress, RunResult
+from .engine import ManualClock, Progress, RunResult, service_assumptions
 from .ledger import Ledger
 from .observation import NodeTick, ledger_row, record_placements
 
@@ -471,6 +471,7 @@ class RealReplay:
             assumptions = list(getattr(self.cluster.state, "assumptions", []) or [])
             if self.jobs is not None:
                 assumptions += self.jobs.assumptions()
+            assumptions += service_assumptions(self.cfg, self.tick_s)
             assumptions.append(
                 f"real mode: the services as processes over NATS at {self.speed:g}x simulated time "
                 f"({len(self.launcher.running)} processes), kube-scheduler and the batch jobs played on the "

@@ -150,7 +150,9 @@ def report_doc(runs: Sequence[ConfigRun], scenario: dict[str, Any]) -> dict[str,
     best, why = recommend(runs)
     return {
         "scenario": scenario,
-        "assumptions": runs[-1].assumptions if runs else [],
+        # every run's, once each, in order: the trace's are common to all, a configuration's own
+        # (its descheduler round, say) appear once whichever configurations state them
+        "assumptions": list(dict.fromkeys(a for r in runs for a in r.assumptions)),
         "runs": [
             {"config": r.config, "summary": r.summary, "hourly": r.hourly, "wall_s": r.wall_s, "loops": r.loops}
             for r in runs
