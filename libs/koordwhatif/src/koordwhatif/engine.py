@@ -49,6 +49,7 @@ from .ledger import Ledger
 from .observation import NodeTick, ledger_row
 
 Progress = Callable[[int, int], None]  # (ticks done, ticks in all)
+BIND_VERB = "bind"  # kube-scheduler's bindVerb for the extender, when its settings serve one (bind_verb)
 
 
 class ManualClock:
@@ -168,9 +169,12 @@ class Replay:
         prefix = ext.url_prefix.rstrip("/")
 
         async def transport(verb: str, body: bytes) -> tuple[int, bytes]:
+            if verb == BIND_VERB:
+                return await api.handle_bind(self.extender, self.cluster, body)
             return front.routes[f"{prefix}/{verb}"](body)
 
-        self.scheduler = ExtenderScheduler(self.cluster, "", transport=transport, skip_dominated=True)
+        self.scheduler = ExtenderScheduler(self.cluster, "", transport=transport, skip_dominated=True,
+                                           bind_verb=BIND_VERB if ext.bind_verb else "")
         args = self.cfg.descheduler_args()
         self.descheduler = None
         if args is not None:

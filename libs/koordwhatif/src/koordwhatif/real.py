@@ -74,7 +74,7 @@ from koordsim.scheduler import ExtenderScheduler
 from koordsim.spec import SimClock, SimSpec
 
 from .config import ConfigError, WhatIfConfig
-from .engine import ManualClock, Progress, RunResult, service_assumptions
+from .engine import BIND_VERB, ManualClock, Progress, RunResult, service_assumptions
 from .ledger import Ledger
 from .observation import NodeTick, ledger_row, record_placements
 
@@ -267,8 +267,9 @@ class RealReplay:
         url = next(r.url for r in launcher.running if r.spec.module == "scheduler_extender")
         self.slo_url = next(r.url for r in launcher.running if r.spec.module == "slo_controller")
         self.http = httpx.AsyncClient(timeout=5.0)
-        self.scheduler = ExtenderScheduler(self.cluster, url + self.cfg.extender_settings().url_prefix,
-                                           skip_dominated=True)
+        ext = self.cfg.extender_settings()
+        self.scheduler = ExtenderScheduler(self.cluster, url + ext.url_prefix, skip_dominated=True,
+                                           bind_verb=BIND_VERB if ext.bind_verb else "")
 
         # start the clock: every replica rebuilds the same cluster, now running at the speed
         anchor = int((time.time() + START_LEAD_S) * 1000)

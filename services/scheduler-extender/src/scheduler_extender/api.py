@@ -138,19 +138,26 @@ def install(front: PostRoutes, app, state: ClusterState, url_prefix: str = "") -
     openapi.document(app, openapi.verb_paths(url_prefix))
 
 
+async def handle_bind(state: ClusterState, cluster, raw: bytes) -> tuple[int, bytes]:
+    """The bind verb: ExtenderBindingArgs bytes in, (HTTP status, ExtenderBindingResult bytes) out
+    (the service's route, and an in-process kube-scheduler such as the what-if replay's)."""
+    try:
+        args = wire.decode_binding_args(raw)
+    except wire.WireError as exc:
+        METRICS.requests[("bind", "bad_request")] += 1
+        return 400, wire.go_json({"Error": str(exc)})
+    body = await bind_request(state, cluster, args)
+    METRICS.requests[("bind", "ok" if body == b'{"Error":""}' else "error")] += 1
+    return 200, body
+
+
 def install_bind(app, state: ClusterState, cluster, url_prefix: str = "") -> str:
     """POST <url_prefix>/bind (ExtenderBindingArgs in, ExtenderBindingResult out); its path."""
     path = f"{url_prefix.rstrip('/')}/bind"
 
     async def bind(request: Request) -> Response:
-        try:
-            args = wire.decode_binding_args(await request.body())
-        except wire.WireError as exc:
-            METRICS.requests[("bind", "bad_request")] += 1
-            return Response(wire.go_json({"Error": str(exc)}), status_code=400, media_type=JSON)
-        body = await bind_request(state, cluster, args)
-        METRICS.requests[("bind", "ok" if body == b'{"Error":""}' else "error")] += 1
-        return Response(body, media_type=JSON)
+        status, body = await handle_bind(state, cluster, await request.body())
+        return Response(body, status_code=status, media_type=JSON)
 
     app.add_route(path, bind, methods=["POST"])
     openapi.document(app, openapi.bind_path(url_prefix))
