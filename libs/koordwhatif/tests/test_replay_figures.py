@@ -183,3 +183,12 @@ def test_the_report_states_each_configurations_timing_once(tmp_path):
          "and estimated_scaling_factors (use_profiles finds no workload profile)"),
         "the descheduler runs a LowNodeLoad round every 10 s (6 a tick, on that tick's NodeMetrics)",
     ]
+
+
+def test_the_report_names_the_settings_the_slo_controller_accepts_without_effect(tmp_path):
+    from koordwhatif.engine import service_assumptions
+
+    cfg = with_knob(WhatIfConfig(name="half-minute"), "colocation.metricReportIntervalSeconds", 30)
+    assert "half-minute: colocation-config.metricReportIntervalSeconds 30 is not supported: the node agent's " \
+           "metric collection is set by KOORD_AGENT_NODEMETRIC_INTERVAL_S, default 60" in service_assumptions(cfg, 60)
+    assert not any("not supported" in a for a in service_assumptions(WhatIfConfig(), 60))

@@ -96,6 +96,10 @@ def service_assumptions(cfg: WhatIfConfig, tick_s: int) -> list[str]:
         per_tick = max(1, math.ceil(tick_s / cfg.descheduler_interval_s))
         out.append(f"the descheduler runs a LowNodeLoad round every {cfg.descheduler_interval_s:g} s"
                    + (f" ({per_tick} a tick, on that tick's NodeMetrics)" if per_tick > 1 else ""))
+    from slo_controller.core.configmap import ConfigState
+
+    # what the slo-controller accepts without effect, as it logs it: the replay applies nothing for it either
+    out += [f"{cfg.name}: {w}" for w in ConfigState().apply(cfg.slo_configmap()).warnings]
     if cfg.colocation and cfg.extender_settings().use_profiles:
         out.append("no recommender runs in the replay: the scheduler-extender estimates every pod's load from its "
                    "requests and estimated_scaling_factors (use_profiles finds no workload profile)")
