@@ -84,6 +84,12 @@ def _load(service: str):
     return load_settings(settings_class(service))
 
 
+def _settings_file(env, tmp_path, service: str, line: str) -> None:
+    """The service reads `line` as its settings file (<PREFIX>CONFIG_FILE)."""
+    (tmp_path / "settings.yaml").write_text(line + "\n")
+    env.setenv(f"{SETTINGS[service][0]}CONFIG_FILE", str(tmp_path / "settings.yaml"))
+
+
 @pytest.mark.parametrize("service", sorted(SETTINGS))
 def test_an_unknown_variable_is_refused_naming_it(service, clean_env):
     prefix = SETTINGS[service][0]
@@ -96,10 +102,8 @@ def test_an_unknown_variable_is_refused_naming_it(service, clean_env):
 
 @pytest.mark.parametrize("service", sorted(SETTINGS))
 def test_an_unknown_key_of_the_settings_file_is_refused_naming_it(service, clean_env, tmp_path):
-    prefix = SETTINGS[service][0]
     _, _, line, meant, _ = UNKNOWN[service]
-    (tmp_path / "settings.yaml").write_text(line + "\n")
-    clean_env.setenv(f"{prefix}CONFIG_FILE", str(tmp_path / "settings.yaml"))
+    _settings_file(clean_env, tmp_path, service, line)
     with pytest.raises(ValidationError) as err:
         _load(service)
     assert f"unknown setting: {line.split(':')[0]} (did you mean {meant}?)" in str(err.value)
@@ -107,11 +111,9 @@ def test_an_unknown_key_of_the_settings_file_is_refused_naming_it(service, clean
 
 @pytest.mark.parametrize("service", sorted(SETTINGS))
 def test_the_same_keys_spelt_right_load(service, clean_env, tmp_path):
-    prefix = SETTINGS[service][0]
     line = UNKNOWN[service][4]
-    (tmp_path / "settings.yaml").write_text(line + "\n")
-    clean_env.setenv(f"{prefix}CONFIG_FILE", str(tmp_path / "settings.yaml"))
-    clean_env.setenv(f"{prefix}LOG_LEVEL", "DEBUG")
+    _settings_file(clean_env, tmp_path, service, line)
+    clean_env.setenv(f"{SETTINGS[service][0]}LOG_LEVEL", "DEBUG")
     settings = _load(service)
     key, value = (part.strip() for part in line.split(":", 1))
     assert getattr(settings, key) == yaml.safe_load(value)
