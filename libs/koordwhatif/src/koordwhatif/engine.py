@@ -86,6 +86,8 @@ class RunResult:
 
 def service_assumptions(cfg: WhatIfConfig, tick_s: int) -> list[str]:
     """What the replay's timing and cast make of the services, for the report (both modes)."""
+    from slo_controller.core.configmap import ConfigState
+
     out = [
         (f"one tick is {tick_s} s of simulated time: each node agent measures its node, runs QoS (CPU suppress, "
          "BE CPU and memory eviction, the reconcilers) and reports once a tick, where a deployed agent collects "
@@ -96,8 +98,6 @@ def service_assumptions(cfg: WhatIfConfig, tick_s: int) -> list[str]:
         per_tick = max(1, math.ceil(tick_s / cfg.descheduler_interval_s))
         out.append(f"the descheduler runs a LowNodeLoad round every {cfg.descheduler_interval_s:g} s"
                    + (f" ({per_tick} a tick, on that tick's NodeMetrics)" if per_tick > 1 else ""))
-    from slo_controller.core.configmap import ConfigState
-
     # what the slo-controller accepts without effect, as it logs it: the replay applies nothing for it either
     out += [f"{cfg.name}: {w}" for w in ConfigState().apply(cfg.slo_configmap()).warnings]
     if cfg.colocation and cfg.extender_settings().use_profiles:
