@@ -36,6 +36,7 @@ import gc
 import sys
 import time
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from recommender.core.aggregate import AggregateState, pod_key
 from recommender.core.engine import RecommenderState, UsageSample
 from recommender.core.histogram import CPU_SCHEME, DecayingHistogram
-from recommender.core.methods import METHODS, Sample
+from recommender.core.methods import METHODS, AutopilotWindow, Sample
+from recommender.core.methods import autopilot_window as mw
 from recommender.core.workload import ContainerKey, WorkloadKey
 
 T0 = 1_700_006_400.0
@@ -162,6 +164,15 @@ def state_size(containers: int, breakdown: int = 0) -> dict[str, object]:
     }
 
 
+def methods() -> dict[str, object]:
+    """Every method with its defaults, and the moving window with the S_max memory setting the
+    evaluation names (the peak of the last 24 h of 5-minute windows + 20 %)."""
+    out = {name: cls() for name, cls in METHODS.items()}
+    smax = replace(mw.MEMORY_DEFAULTS, statistic="max", max_windows=288, margin=0.2)
+    out["autopilot-window, memory S_max 24 h"] = AutopilotWindow(mw.CPU_DEFAULTS, smax)
+    return out
+
+
 def method_figures(containers: int, samples: int) -> list[dict[str, float | str]]:
     """Per method: add rate (one container, `samples` samples at 10 s, a recommendation per hour)
     and state per container (live heap and checkpoint) over `containers` containers."""
@@ -171,8 +182,7 @@ def method_figures(containers: int, samples: int) -> list[dict[str, float | str]
     one = [Sample(T0 + 10 * i, c, c * 1.5e9 + 2e8, 0.5) for i, c in enumerate(cpu)]
     minutes = int(8 * DAY // 60)
     level = rng.uniform(0.05, 2.0, containers)
-    for name, cls in METHODS.items():
-        method = cls()
+    for name, method in methods().items():
         st = method.new_state()
 
         def feed(method=method, st=st):
@@ -238,10 +248,10 @@ def main() -> None:
     print()
     print(f"methods: add rate ({args.method_samples:,} samples, a recommendation per hour of data) and own state per container")
     print(f"({args.method_containers} containers x 3 pods, 8 days at 1/min)")
-    print(f"  {'method':<20}{'samples/s':>12}{'/ Python floor':>16}{'live heap B':>13}{'checkpoint B (mean/max)':>26}")
+    print(f"  {'method':<36}{'samples/s':>12}{'/ Python floor':>16}{'live heap B':>13}{'checkpoint B (mean/max)':>26}")
     for f in method_figures(args.method_containers, args.method_samples):
         ok = f["heap"] <= 4096 and f["checkpoint_max"] <= 4096
-        print(f"  {f['method']:<20}{f['rate']:>12,.0f}{f['rate'] / py_floor:>16.3f}{f['heap']:>13,.0f}"
+        print(f"  {f['method']:<36}{f['rate']:>12,.0f}{f['rate'] / py_floor:>16.3f}{f['heap']:>13,.0f}"
               f"{f['checkpoint_mean']:>15,.0f} / {f['checkpoint_max']:,.0f}  {'<= 4 KiB' if ok else 'OVER 4 KiB'}")
 
 

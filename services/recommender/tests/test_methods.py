@@ -9,6 +9,9 @@ A percentile reports its bucket's end, as VPA does.
 
 from __future__ import annotations
 
+import random
+from array import array
+
 import pytest
 from recommender.core.aggregate import AggregateState
 from recommender.core.estimator import EstimatorConfig, estimate
@@ -16,6 +19,7 @@ from recommender.core.histogram import CPU_SCHEME
 from recommender.core.methods import VPA, AutopilotML, AutopilotWindow, Sample
 from recommender.core.methods.autopilot_ml import EnsembleModel, MLSettings
 from recommender.core.methods.autopilot_window import MovingWindow, WindowSettings
+from recommender.core.methods.window import SlidingMax
 
 END_1, END_3, END_4 = 1.0162813885540927, 3.027156617060445, 4.124698514136827
 HOUR = 3600.0
@@ -75,6 +79,43 @@ def test_window_max_over_the_last_windows_rises_at_once_and_falls_by_half_life()
     assert lim == pytest.approx(5.0 * 2**-0.5)
     m.add(st, T0 + 4000, 7.0)
     assert m.value(st, T0 + 4000)[0] == 7.0  # a rise takes effect at once
+
+
+@pytest.mark.parametrize("pushed, size, peaks, kept, expanded", [
+    # 5 3 4 1 2 over 3: 4 evicts 3, then 5 ages out; 2 evicts 1; the last three are 4 1 2
+    ([5, 3, 4, 1, 2], 3, [5, 5, 5, 4, 4], [4, 2], [4, 2, 2]),
+    (list(range(1, 11)), 5, list(range(1, 11)), [10], [10] * 5),  # rising: only the newest can be the peak
+    (list(range(10, 0, -1)), 5, [10, 10, 10, 10, 10, 9, 8, 7, 6, 5], [5, 4, 3, 2, 1], [5, 4, 3, 2, 1]),  # falling: all
+    ([2, 2, 2], 2, [2, 2, 2], [2], [2, 2]),  # a tie keeps the newest, which leaves last
+])
+def test_sliding_max_keeps_only_the_values_that_can_still_be_the_peak(pushed, size, peaks, kept, expanded):
+    sm = SlidingMax()
+    seen = []
+    for v in pushed:
+        sm.push(float(v), size)
+        seen.append(sm.peak())
+    assert seen == peaks and list(sm.values) == kept and list(sm.expanded(size)) == expanded
+    assert SlidingMax.of(sm.expanded(size), size).peak() == sm.peak()
+
+
+def test_sliding_max_is_the_max_of_the_last_values_and_reads_back_an_old_checkpoint():
+    rng = random.Random(7)
+    values = [rng.random() for _ in range(2000)]
+    sm = SlidingMax()
+    for i, v in enumerate(values):
+        sm.push(v, 288)
+        assert sm.peak() == max(values[max(0, i - 287) : i + 1])
+    assert len(sm.values) < 30  # of 288: the values newer and larger than all after them
+    # a checkpoint stores the 288 values (an older one, the peaks themselves): the same peak after
+    # any number of further pushes, and a shorter setting keeps the newest
+    for stored in (sm.expanded(288), array("d", values[-288:])):
+        again, ref = SlidingMax.of(stored, 288), SlidingMax.of(values[-288:], 288)
+        for v in values[:500]:
+            again.push(v, 288)
+            ref.push(v, 288)
+            assert again.peak() == ref.peak()
+    assert SlidingMax.of(array("d", [1.0, 7.0, 3.0, 2.0]), 3).peak() == 7.0
+    assert SlidingMax.of(array("d", [9.0, 7.0, 3.0, 2.0]), 3).peak() == 7.0
 
 
 def test_window_memory_takes_one_peak_per_window():

@@ -30,7 +30,7 @@ import numpy as np
 from ..histogram import CPU_SCHEME, MEMORY_SCHEME, BucketScheme, DecayingHistogram
 from .base import PerResource, ResourceModel
 from .buckets import mids, percentile_value
-from .window import WINDOW_S, Window
+from .window import WINDOW_S, SlidingMax, Window
 
 STATISTICS = ("percentile", "max", "avg")
 
@@ -67,7 +67,7 @@ class WindowState:
 
     def __init__(self, hist: DecayingHistogram) -> None:
         self.hist = hist
-        self.peaks = array("d")  # the last max_windows closed window peaks, oldest first
+        self.peaks = SlidingMax()  # the peak of the last max_windows closed windows
         self.window = Window()
         self.limit = 0.0
         self.limit_ts = -math.inf
@@ -90,9 +90,7 @@ class MovingWindow(ResourceModel[WindowState]):
         peak, end = closed
         if self.s.peaks_only:
             st.hist.add_sample(peak, 1.0, end)
-        st.peaks.append(peak)
-        if len(st.peaks) > self.s.max_windows:
-            del st.peaks[0]
+        st.peaks.push(peak, self.s.max_windows)
 
     def add(self, st: WindowState, t: float, value: float) -> None:
         self._close(st, t)
@@ -105,7 +103,7 @@ class MovingWindow(ResourceModel[WindowState]):
         s = self.s
         if s.statistic == "max":
             open_peak = st.window.peak if st.window.end != -math.inf else 0.0
-            return max(max(st.peaks, default=0.0), open_peak)
+            return max(st.peaks.peak(), open_peak)
         h = st.hist
         if not h._w:
             return 0.0
@@ -129,12 +127,8 @@ class MovingWindow(ResourceModel[WindowState]):
 
     def save(self, st: WindowState) -> bytes:
         ts = math.nan if st.limit_ts == -math.inf else st.limit_ts
-        return (
-            st.hist.save()
-            + st.window.save()
-            + self._TAIL.pack(st.limit, ts, len(st.peaks))
-            + st.peaks.tobytes()
-        )
+        peaks = st.peaks.expanded(self.s.max_windows)
+        return st.hist.save() + st.window.save() + self._TAIL.pack(st.limit, ts, len(peaks)) + peaks.tobytes()
 
     def load(self, data: bytes) -> tuple[WindowState, int]:
         hist, off = DecayingHistogram.load(data, self.scheme, self.s.half_life_s)
@@ -143,9 +137,8 @@ class MovingWindow(ResourceModel[WindowState]):
         limit, ts, n = self._TAIL.unpack_from(data, off)
         off += self._TAIL.size
         st.limit, st.limit_ts = limit, (-math.inf if math.isnan(ts) else ts)
-        st.peaks = array("d", data[off : off + 8 * n])
         # written with a longer max_windows setting: only the newest windows still count
-        del st.peaks[: max(len(st.peaks) - self.s.max_windows, 0)]
+        st.peaks = SlidingMax.of(array("d", data[off : off + 8 * n]), self.s.max_windows)
         return st, off + 8 * n
 
 
