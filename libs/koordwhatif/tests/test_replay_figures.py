@@ -192,3 +192,13 @@ def test_the_report_names_the_settings_the_slo_controller_accepts_without_effect
     assert "half-minute: colocation-config.metricReportIntervalSeconds 30 is not supported: the node agent's " \
            "metric collection is set by KOORD_AGENT_NODEMETRIC_INTERVAL_S, default 60" in service_assumptions(cfg, 60)
     assert not any("not supported" in a for a in service_assumptions(WhatIfConfig(), 60))
+
+
+@pytest.mark.parametrize("interval_s, timeout_s", [(60, 300), (600, 600)])
+def test_the_descheduler_s_detectors_outlive_its_round_as_in_the_service(tmp_path, interval_s, timeout_s):
+    # Koordinator raises detectorCacheTimeout (5 min) to the round interval: a hot node's count
+    # must survive from one 10-minute round to the next
+    spec, _ = scenario.spec_for("history", history=history(tmp_path), batch_load=0)
+    r = Replay(spec, WhatIfConfig(descheduler_interval_s=interval_s), duration_s=60)
+    asyncio.run(r.run())
+    assert r.descheduler.args.detectorCacheTimeoutSeconds == timeout_s

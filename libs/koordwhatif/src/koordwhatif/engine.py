@@ -182,6 +182,7 @@ class Replay:
         args = self.cfg.descheduler_args()
         self.descheduler = None
         if args is not None:
+            args.run_every(self.cfg.descheduler_interval_s)  # as the service does with its interval
             self.descheduler = Descheduler(args, self.cluster, None, clock=clock.now_s, rate_clock=clock.now_s,
                                            sleep=_no_wait)
         self.jobs = jobs.BatchDriver(self.cluster, self.spec) if self.cfg.colocation else None

@@ -74,8 +74,7 @@ async def run(svc: Service) -> None:
         svc.log.warning(warning)
     interval_s = round_interval(settings, loaded)
     args = loaded.args
-    # Koordinator raises the detector cache's timeout to at least the descheduling interval.
-    args.detectorCacheTimeoutSeconds = max(args.detectorCacheTimeoutSeconds, interval_s)
+    args.run_every(interval_s)
     bus = await start_bus(svc)
     await bus.ensure_streams(subjects.NODEMETRIC_STREAM, subjects.EVENTS_STREAM)
     cluster = await start_cluster(svc, bus, **cluster_options(settings))

@@ -503,6 +503,11 @@ class LowNodeLoadArgs(KoordArgs):
     def namespace_allowed(self, namespace: str) -> bool:
         return self.evictableNamespaces.allows(namespace)
 
+    def run_every(self, interval_s: float) -> None:
+        """The rounds come every `interval_s`: Koordinator raises the detector cache's timeout to
+        at least that, or a node's anomaly count would be forgotten between two rounds."""
+        self.detectorCacheTimeoutSeconds = max(self.detectorCacheTimeoutSeconds, interval_s)
+
     def pod_selected(self, labels: dict[str, str]) -> bool:
         """Koordinator's podSelectors: any selector matching lets the pod go; none given, every pod."""
         selectors = [s.selector for s in self.podSelectors if s.selector is not None]
