@@ -162,9 +162,12 @@ def test_a_hot_node_turns_abnormal_after_six_hot_descheduler_rounds(tmp_path, in
 
 
 def test_a_descheduler_interval_under_a_second_is_refused(tmp_path):
+    from koordwhatif.real import RealReplay
+
     spec, _ = scenario.spec_for("history", history=history(tmp_path), batch_load=0)
-    with pytest.raises(ConfigError, match="descheduler_interval_s 0.5: at least 1 s"):
-        Replay(spec, WhatIfConfig(descheduler_interval_s=0.5), duration_s=60)
+    for mode in (Replay, RealReplay):  # before anything starts
+        with pytest.raises(ConfigError, match="descheduler_interval_s 0.5: at least 1 s"):
+            mode(spec, WhatIfConfig(descheduler_interval_s=0.5), duration_s=60)
 
 
 def test_the_report_states_each_configurations_timing_once(tmp_path):

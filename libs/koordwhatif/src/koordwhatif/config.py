@@ -79,6 +79,8 @@ class WhatIfConfig:
             raise ConfigError(f"{self.name}: scheduler-extender settings: {exc}") from None
 
     def descheduler_args(self):
+        if not self.descheduler_interval_s >= 1:
+            raise ConfigError(f"{self.name}: descheduler_interval_s {self.descheduler_interval_s}: at least 1 s")
         if self.descheduler is None:
             return None
         from descheduler.core.config import LowNodeLoadArgs

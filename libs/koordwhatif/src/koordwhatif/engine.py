@@ -111,8 +111,7 @@ class Replay:
                  progress: Progress | None = None) -> None:
         if tick_s < 1 or duration_s < tick_s:
             raise ConfigError(f"duration {duration_s} s and tick {tick_s} s: at least one tick of at least 1 s")
-        if not cfg.descheduler_interval_s >= 1:
-            raise ConfigError(f"{cfg.name}: descheduler_interval_s {cfg.descheduler_interval_s}: at least 1 s")
+        cfg.descheduler_args()  # a configuration the descheduler would refuse fails here, named
         self.spec = spec.resolved(wall_ms=spec.start_ms or 0)
         self.cfg = cfg
         self.tick_s = tick_s
