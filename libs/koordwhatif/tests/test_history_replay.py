@@ -82,20 +82,18 @@ def test_a_history_replays_its_own_nodes_and_names_its_problems(two_node_history
 
 
 def test_the_extender_s_bind_verb_binds_the_batch_pods_when_its_settings_serve_it(two_node_history):
-    """bind_verb in the extender's settings: kube-scheduler binds through the extender's bind verb
-    (which records the pod on its node at once) instead of the API; what ran is the same."""
+    """bind_verb in the extender's settings: kube-scheduler binds every pod it places through the
+    extender's bind verb instead of the API. (Where the pods land may differ: the verb counts a
+    pod on its node at once, for the next pod's cycle, where the cluster watch reports it after
+    the pass, as a deployment's informer does a moment later.)"""
     from koordwhatif.config import with_knob
     from scheduler_extender.metrics import METRICS
 
     # an hour (each node held at its last recorded value after the history), with batch demand enough that some waits
     spec, _ = scenario.spec_for("history", history=two_node_history, batch_load=3.0)
-    ledgers, binds = [], []
     for on in (False, True):
         before = METRICS.requests[("bind", "ok")]
         result = replay(spec, with_knob(WhatIfConfig(), "extender.bind_verb", on), duration_s=3600)
-        binds.append(METRICS.requests[("bind", "ok")] - before)
-        ledgers.append(result.ledger)
-    started = sum(1 for p in ledgers[1].pods.values() if p.started_ms is not None)
-    assert started >= 10 and binds == [0, started]  # 17 pods when written
-    for name in ledgers[0].SERIES:
-        assert ledgers[0].series(name).tolist() == ledgers[1].series(name).tolist(), name
+        started = sum(1 for p in result.ledger.pods.values() if p.started_ms is not None)
+        assert started >= 10  # 17 pods when written
+        assert METRICS.requests[("bind", "ok")] - before == (started if on else 0)
