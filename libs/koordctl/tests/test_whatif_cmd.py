@@ -38,6 +38,22 @@ def test_check_config_refuses_a_setting_the_service_refuses(tmp_path):
     assert res.exit_code == 2 and "scheduler-extender settings" in res.output
 
 
+def test_a_configmap_the_slo_controller_refuses_is_refused_before_anything_runs(tmp_path):
+    cm = tmp_path / "cm.yaml"
+    cm.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "data": {
+        "colocation-config": json.dumps({"enable": True, "cpuReclaimThresholdPercnt": 50})}}))
+    expected = ("slo-controller-config rejected: colocation-config: unknown field cpuReclaimThresholdPercnt "
+                "(did you mean cpuReclaimThresholdPercent?)")
+    res = runner.invoke(app, ["check-config", "--slo-config", str(cm)])
+    assert res.exit_code == 2 and expected in res.output, res.output
+    res = runner.invoke(app, ["whatif", "--slo-config", str(cm), "--days", "0.05", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and expected in res.output and "replaying" not in res.output, res.output
+    res = runner.invoke(app, ["whatif", "--sweep", "cpuCalculatePolicy=bogus", "--days", "0.05",
+                              "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and 'cpuCalculatePolicy must be one of usage, request, maxUsageRequest, predict, got "bogus"' \
+        in res.output and "replaying" not in res.output, res.output
+
+
 def test_whatif_replays_the_variations_and_writes_the_report(tmp_path):
     out = tmp_path / "report"
     res = runner.invoke(app, ["whatif", "--days", "0.05", "--vary", "cpuReclaimThresholdPercent=50,60",

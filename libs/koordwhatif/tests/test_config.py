@@ -71,6 +71,37 @@ def test_a_value_the_service_refuses_is_refused():
         sweep(WhatIfConfig(), parse_sweep(["extender.usage_thresholds.cpu=150"]))
 
 
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (["cpuCalculatePolicy=bogus"],
+         'cpuCalculatePolicy=bogus: slo-controller-config rejected: colocation-config: cpuCalculatePolicy must be one '
+         'of usage, request, maxUsageRequest, predict, got "bogus"'),
+        (["threshold.cpuSuppressPolicy=quota"],
+         "cpuSuppressPolicy=quota: slo-controller-config rejected: resource-threshold-config.clusterStrategy."
+         'cpuSuppressPolicy: must be one of cpuset, cfsQuota, got "quota"'),
+    ],
+)
+def test_a_configmap_the_slo_controller_refuses_is_refused_before_any_replay(spec, message):
+    with pytest.raises(ConfigError) as exc:
+        sweep(WhatIfConfig(), parse_sweep(spec))
+    assert str(exc.value) == message
+    from koordwhatif.config import variations
+
+    with pytest.raises(ConfigError, match="slo-controller-config rejected"):
+        variations(WhatIfConfig(), parse_sweep(spec))
+
+
+def test_load_config_refuses_a_field_the_slo_controller_does_not_know(tmp_path):
+    p = tmp_path / "typo.yaml"
+    p.write_text(yaml.safe_dump({"slo-controller-config": {"data": {
+        "colocation-config": json.dumps({"enable": True, "cpuReclaimThresholdPercnt": 70})}}}))
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    assert str(exc.value) == (f"{p}: typo: slo-controller-config rejected: colocation-config: unknown field "
+                              "cpuReclaimThresholdPercnt (did you mean cpuReclaimThresholdPercent?)")
+
+
 def test_load_config_file(tmp_path):
     p = tmp_path / "mine.yaml"
     p.write_text(yaml.safe_dump({

@@ -52,9 +52,7 @@ def _config(config: Path | None, slo_config: Path | None, extender: Path | None,
             import dataclasses
 
             cfg = dataclasses.replace(cfg, **parts)
-            cfg.extender_settings()
-            cfg.descheduler_args()
-        return cfg
+        return cfg.check()
     except (ConfigError, OSError, ValueError, yaml.YAMLError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

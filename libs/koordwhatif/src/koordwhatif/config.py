@@ -90,16 +90,30 @@ class WhatIfConfig:
         except ValueError as exc:
             raise ConfigError(f"{self.name}: descheduler args: {exc}") from None
 
-    def effective(self) -> tuple:
-        """What each service makes of the configuration (its defaults filled in): two
-        configurations with equal effective settings replay alike."""
+    def slo_config(self):
+        """(what the slo-controller makes of the ConfigMap, by its own parser with its defaults
+        filled in; the warnings it logs for settings it accepts without effect). ConfigError names
+        what it refuses: the service would keep its previous configuration and run on that."""
         from slo_controller.core.configmap import ConfigState
 
         state = ConfigState()
         result = state.apply(self.slo_configmap())
         if result.errors:
-            raise ConfigError(f"{self.name}: slo-controller-config rejected: {result.errors}")
-        return state.current, self.extender_settings(), self.descheduler_args(), self.descheduler_interval_s, \
+            raise ConfigError(f"{self.name}: slo-controller-config rejected: {'; '.join(result.errors.values())}")
+        return state.current, result.warnings
+
+    def check(self) -> WhatIfConfig:
+        """The configuration, once each service has accepted its part (ConfigError otherwise):
+        refused before any replay starts, not in the middle of a sweep."""
+        self.slo_config()
+        self.extender_settings()
+        self.descheduler_args()
+        return self
+
+    def effective(self) -> tuple:
+        """What each service makes of the configuration (its defaults filled in): two
+        configurations with equal effective settings replay alike."""
+        return self.slo_config()[0], self.extender_settings(), self.descheduler_args(), self.descheduler_interval_s, \
             self.colocation
 
     def doc(self) -> dict[str, Any]:
@@ -112,6 +126,15 @@ class WhatIfConfig:
             "descheduler_interval_s": self.descheduler_interval_s,
             "colocation": self.colocation,
         }
+
+
+def from_doc(doc: Mapping[str, Any]) -> WhatIfConfig:
+    """A configuration from its document (`WhatIfConfig.doc`, as a report carries it)."""
+    return WhatIfConfig(
+        name=doc["name"], slo=copy.deepcopy(doc["slo-controller-config"]), extender=dict(doc["scheduler-extender"]),
+        descheduler=copy.deepcopy(doc["descheduler"]), descheduler_interval_s=float(doc["descheduler_interval_s"]),
+        colocation=bool(doc["colocation"]),
+    )  # fmt: skip
 
 
 def baseline() -> WhatIfConfig:
@@ -158,9 +181,10 @@ def load_config(path: str | Path) -> WhatIfConfig:
         descheduler_interval_s=float(doc.get("descheduler_interval_s", 60.0)),
         colocation=bool(doc.get("colocation", True)),
     )
-    cfg.extender_settings()  # fail early, naming the file
-    cfg.descheduler_args()
-    return cfg
+    try:
+        return cfg.check()  # fail early, naming the file
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -259,23 +283,17 @@ def _label(knob: str, value: Any) -> str:
     return f"{rest if section in _SECTIONS and rest else knob}={value}"
 
 
-def _checked(cfg: WhatIfConfig) -> WhatIfConfig:
-    cfg.extender_settings()
-    cfg.descheduler_args()
-    return cfg
-
-
 def sweep(base: WhatIfConfig, knobs: Mapping[str, Sequence[Any]]) -> list[WhatIfConfig]:
     """Every combination of the knobs' values over `base`, named by what differs."""
     if not knobs:
-        return [base]
+        return [base.check()]
     names = list(knobs)
     out = []
     for combo in itertools.product(*(knobs[n] for n in names)):
         cfg = base
         for knob, value in zip(names, combo, strict=True):
             cfg = with_knob(cfg, knob, value)
-        out.append(_checked(replace(cfg, name=" ".join(_label(k, v) for k, v in zip(names, combo, strict=True)))))
+        out.append(replace(cfg, name=" ".join(_label(k, v) for k, v in zip(names, combo, strict=True))).check())
     return out
 
 
@@ -283,11 +301,11 @@ def variations(base: WhatIfConfig, knobs: Mapping[str, Sequence[Any]]) -> list[W
     """`base` (named by its own name) and, for each knob and value, `base` with that one setting
     changed: what each setting does on its own, in 1 + sum of values replays rather than their
     product. A value equal to the base's own is not replayed twice."""
-    out = [_checked(base)]
+    out = [base.check()]
     for knob, values in knobs.items():
         for value in values:
             cfg = with_knob(base, knob, value)
             if cfg.effective() == base.effective():  # the base's own value, written or by default
                 continue
-            out.append(_checked(replace(cfg, name=_label(knob, value))))
+            out.append(replace(cfg, name=_label(knob, value)).check())
     return out

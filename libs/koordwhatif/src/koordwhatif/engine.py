@@ -86,8 +86,6 @@ class RunResult:
 
 def service_assumptions(cfg: WhatIfConfig, tick_s: int) -> list[str]:
     """What the replay's timing and cast make of the services, for the report (both modes)."""
-    from slo_controller.core.configmap import ConfigState
-
     out = [
         (f"one tick is {tick_s} s of simulated time: each node agent measures its node, runs QoS (CPU suppress, "
          "BE CPU and memory eviction, the reconcilers) and reports once a tick, where a deployed agent collects "
@@ -99,7 +97,7 @@ def service_assumptions(cfg: WhatIfConfig, tick_s: int) -> list[str]:
         out.append(f"the descheduler runs a LowNodeLoad round every {cfg.descheduler_interval_s:g} s"
                    + (f" ({per_tick} a tick, on that tick's NodeMetrics)" if per_tick > 1 else ""))
     # what the slo-controller accepts without effect, as it logs it: the replay applies nothing for it either
-    out += [f"{cfg.name}: {w}" for w in ConfigState().apply(cfg.slo_configmap()).warnings]
+    out += [f"{cfg.name}: {w}" for w in cfg.slo_config()[1]]
     if cfg.colocation and cfg.extender_settings().use_profiles:
         out.append("no recommender runs in the replay: the scheduler-extender estimates every pod's load from its "
                    "requests and estimated_scaling_factors (use_profiles finds no workload profile)")
@@ -111,7 +109,7 @@ class Replay:
                  progress: Progress | None = None) -> None:
         if tick_s < 1 or duration_s < tick_s:
             raise ConfigError(f"duration {duration_s} s and tick {tick_s} s: at least one tick of at least 1 s")
-        cfg.descheduler_args()  # a configuration the descheduler would refuse fails here, named
+        cfg.check()  # a configuration a service would refuse fails here, named
         self.spec = spec.resolved(wall_ms=spec.start_ms or 0)
         self.cfg = cfg
         self.tick_s = tick_s

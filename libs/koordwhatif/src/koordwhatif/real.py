@@ -193,8 +193,7 @@ class RealReplay:
         if speed <= 0 or tick_s / speed < MIN_TICK_WALL_S:
             raise ConfigError(f"speed {speed:g}: a tick of {tick_s} s must last at least {MIN_TICK_WALL_S} wall "
                               f"seconds (speed at most {tick_s / MIN_TICK_WALL_S:g})")
-        cfg.extender_settings()  # a configuration the services would refuse fails here, named
-        cfg.descheduler_args()
+        cfg.check()  # a configuration a service would refuse fails here, named
         # the fast mode's resolution: the same start, the same traces
         self.spec = spec.resolved(wall_ms=spec.start_ms or 0)
         self.cfg = cfg
