@@ -26,8 +26,13 @@ def test_koordinators_defaults_have_one_memory_warning_and_no_error():
     [
         ({"extender__usage_thresholds__cpu": 75}, ERROR,
          ("usage_thresholds.cpu=75", "cpuSuppressThresholdPercent=65"), "at or below 65"),
-        ({"cpuReclaimThresholdPercent": 70}, ERROR,
-         ("cpuReclaimThresholdPercent=70", "cpuSuppressThresholdPercent=65"), "at or below 65"),
+        # batch offered past suppress: throttled pods without BE CPU eviction, a loop with it
+        ({"cpuReclaimThresholdPercent": 70}, WARNING,
+         ("cpuReclaimThresholdPercent=70", "cpuSuppressThresholdPercent=65"), "or accept slower batch pods"),
+        ({"cpuReclaimThresholdPercent": 70, "threshold__cpuEvictBESatisfactionLowerPercent": 60,
+          "threshold__cpuEvictBESatisfactionUpperPercent": 80}, ERROR,
+         ("cpuReclaimThresholdPercent=70", "cpuSuppressThresholdPercent=65", "cpuEvictBESatisfaction*"),
+         "at or below 65"),
         ({"memoryReclaimThresholdPercent": 80}, ERROR,
          ("memoryReclaimThresholdPercent=80", "memoryEvictThresholdPercent=70"), "at or below 70"),
         ({"descheduler__nodePools__0__highThresholds__cpu": 60, "descheduler__nodePools__0__lowThresholds__cpu": 40},
@@ -59,5 +64,25 @@ def test_batch_capacity_above_the_descheduler_high_threshold_is_an_eviction_loop
 
 def test_several_conflicts_are_all_reported():
     found = findings(extender__usage_thresholds__cpu=80, cpuReclaimThresholdPercent=70)
-    assert len(found) == 3  # over suppress, over the descheduler's high 75, reclaim over suppress
-    assert {f.level for f in found} == {ERROR}
+    # over suppress, over the descheduler's high 75, reclaim over suppress (no BE CPU eviction: a warning)
+    assert [(f.level, f.settings[0]) for f in found] == [
+        (ERROR, "scheduler-extender usage_thresholds.cpu=80"), (WARNING, "cpuReclaimThresholdPercent=70"),
+        (ERROR, "scheduler-extender usage_thresholds.cpu=80")]
+
+
+@pytest.mark.parametrize(
+    "knob, value, expected",
+    [
+        ("colocation.metricReportIntervalSeconds", 30,
+         "accepted without effect: colocation-config.metricReportIntervalSeconds 30 is not supported: the node "
+         "agent's metric collection is set by KOORD_AGENT_NODEMETRIC_INTERVAL_S, default 60."),
+        ("colocation.metricAggregateDurationSeconds", 600,
+         "accepted without effect: colocation-config.metricAggregateDurationSeconds 600 is not supported: the node "
+         "agent's metric collection is set by KOORD_AGENT_AGGREGATE_WINDOW_S, default 300."),
+    ],
+)
+def test_a_setting_the_slo_controller_accepts_without_effect_is_a_warning(knob, value, expected):
+    cfg = with_knob(with_knob(WhatIfConfig(), "extender.usage_thresholds.memory", 75), knob, value)
+    [f] = check(cfg)
+    assert (f.level, f.settings, f.problem) == (WARNING, ("slo-controller-config",), expected)
+    assert "remove the setting" in f.fix

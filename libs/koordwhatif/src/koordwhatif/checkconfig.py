@@ -3,7 +3,8 @@
 The slo-controller, the scheduler-extender and the descheduler each judge a node by its usage,
 each against its own threshold. When the thresholds are out of order, one undoes what another
 just did: batch pods are placed where they are at once suppressed or evicted, then placed
-there again. Each finding names the settings, why they fight and a fix.
+there again. Each finding names the settings, why they fight and a fix. Settings the
+slo-controller accepts without acting on them are listed as warnings too.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ def _cluster_threshold(cfg: WhatIfConfig) -> dict:
     return (doc.get("clusterStrategy") or {}) if isinstance(doc, dict) else {}
 
 
+def _cpu_evict_on(cfg: WhatIfConfig) -> bool:
+    """Whether the node agent evicts BestEffort pods by CPU satisfaction (its own rule for when
+    that strategy runs, on the cluster strategy the slo-controller makes of the ConfigMap)."""
+    from koordcommon.schemas import ResourceThresholdStrategy
+    from node_agent.qos.strategies.cpu_evict import satisfaction_problem
+
+    strategy = ResourceThresholdStrategy.model_validate(cfg.slo_config()[0].threshold.cluster)
+    return strategy.enable and satisfaction_problem(strategy) is None
+
+
 def check(cfg: WhatIfConfig) -> list[Finding]:
     """Every conflict between the configuration's thresholds (empty: none found)."""
     out: list[Finding] = []
@@ -55,12 +66,24 @@ def check(cfg: WhatIfConfig) -> list[Finding]:
             f"set the load-aware CPU threshold at or below {suppress_cpu}, or raise cpuSuppressThresholdPercent.",
         ))  # fmt: skip
     if colocation_on and suppress_on and reclaim_cpu > suppress_cpu:
-        out.append(Finding(
-            ERROR, (f"cpuReclaimThresholdPercent={reclaim_cpu}", f"cpuSuppressThresholdPercent={suppress_cpu}"),
-            f"batch-cpu is offered up to {reclaim_cpu} % of the node but BestEffort pods are held below "
-            f"{suppress_cpu} %: batch pods are admitted for CPU they are never given.",
-            f"keep cpuReclaimThresholdPercent at or below {suppress_cpu}.",
-        ))  # fmt: skip
+        if _cpu_evict_on(cfg):
+            out.append(Finding(
+                ERROR, (f"cpuReclaimThresholdPercent={reclaim_cpu}", f"cpuSuppressThresholdPercent={suppress_cpu}",
+                        "cpuEvictBESatisfaction*"),
+                f"batch-cpu is offered up to {reclaim_cpu} % of the node but BestEffort CPU is held below "
+                f"{suppress_cpu} %: batch pods that use the CPU they were admitted for are suppressed, their "
+                "satisfaction falls, they are evicted and placed again (an eviction loop).",
+                f"keep cpuReclaimThresholdPercent at or below {suppress_cpu}.",
+            ))  # fmt: skip
+        else:
+            out.append(Finding(
+                WARNING, (f"cpuReclaimThresholdPercent={reclaim_cpu}", f"cpuSuppressThresholdPercent={suppress_cpu}"),
+                f"batch-cpu is offered up to {reclaim_cpu} % of the node but BestEffort CPU is held below "
+                f"{suppress_cpu} %: batch pods that use the CPU they were admitted for are throttled and run slower "
+                "(no loop while BE CPU eviction is off; the replay shows what it costs in batch CPU-hours).",
+                f"keep cpuReclaimThresholdPercent at or below {suppress_cpu}, or accept slower batch pods for more "
+                "of them placed.",
+            ))  # fmt: skip
     if colocation_on and suppress_on and reclaim_mem > evict_mem:
         out.append(Finding(
             ERROR, (f"memoryReclaimThresholdPercent={reclaim_mem}", f"memoryEvictThresholdPercent={evict_mem}"),
@@ -114,6 +137,14 @@ def check(cfg: WhatIfConfig) -> list[Finding]:
             "batch capacity is offered but nothing holds BestEffort pods back when online load rises: online pods "
             "compete with batch for CPU.",
             "enable the resource-threshold strategy (CPU suppress, memory eviction).",
+        ))  # fmt: skip
+    # what the slo-controller takes without acting on it (it logs each): not a fight, but a
+    # setting its writer expects to work
+    for warning in cfg.slo_config()[1]:
+        out.append(Finding(
+            WARNING, ("slo-controller-config",), f"accepted without effect: {warning}.",
+            "remove the setting from the ConfigMap (where the message names one, set the service's own setting "
+            "instead).",
         ))  # fmt: skip
     return out
 

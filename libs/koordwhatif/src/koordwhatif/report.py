@@ -1,9 +1,11 @@
 """The what-if report: one table, a recommendation, the assumptions, JSON and two plots.
 
 The recommendation is the configuration that reclaims the most batch CPU (mean allocatable)
-among those that offer some (at least 1 % of node CPU) and whose online risk (node-minutes over
-the risk reference, and over CPU and memory capacity) is no worse than the baseline's; a tie goes
-to fewer evictions. When none qualifies, the report says so and names the one with the least risk.
+among those that offer some (at least 1 % of node CPU), whose settings do not fight each other
+(no error from `koordctl check-config`, whose findings the report lists for every configuration)
+and whose online risk (node-minutes over the risk reference, and over CPU and memory capacity) is
+no worse than the baseline's; a tie goes to fewer evictions. When none qualifies, the report says
+so and names the one with the least risk.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .checkconfig import ERROR, Finding, check
+from .config import from_doc
 from .ledger import RISK_THRESHOLD_PCT
 from .runner import ConfigRun
 
@@ -108,6 +112,11 @@ def _risk(run: ConfigRun) -> tuple[float, float, float]:
 MIN_RECLAIMED_PCT = 1.0
 
 
+def findings(run: ConfigRun) -> list[Finding]:
+    """What `koordctl check-config` finds in a replayed configuration (none for the baseline)."""
+    return [] if run.summary["baseline"] else check(from_doc(run.config))
+
+
 def recommend(runs: Sequence[ConfigRun]) -> tuple[ConfigRun | None, str]:
     """(the recommended configuration, why), by the rule in the module doc."""
     base = next((r for r in runs if r.summary["baseline"]), None)
@@ -118,12 +127,20 @@ def recommend(runs: Sequence[ConfigRun]) -> tuple[ConfigRun | None, str]:
     replayed = [r for r in runs if not r.summary["baseline"]]
     if not replayed:
         return None, "no configuration was replayed"
-    candidates = [r for r in replayed if reclaimed(r) >= MIN_RECLAIMED_PCT]
-    if not candidates:
+    offering = [r for r in replayed if reclaimed(r) >= MIN_RECLAIMED_PCT]
+    if not offering:
         return None, f"no configuration offers batch capacity (at least {MIN_RECLAIMED_PCT:g} % of node CPU)"
+    # settings that fight each other are not recommended, whatever this history made of them
+    candidates = [r for r in offering if not any(f.level == ERROR for f in findings(r))]
+    if not candidates:
+        return None, ("every configuration offering batch has settings that fight each other (koordctl check-config "
+                      "errors, listed below the table)")
+    set_aside = len(offering) - len(candidates)
+    aside = (f"; {set_aside} more offering batch were set aside, their settings fighting each other (check-config "
+             "errors, listed below the table)") if set_aside else ""
     if base is None:
         best = max(candidates, key=reclaimed)
-        return best, "no baseline to compare risk with: the one that reclaims the most CPU"
+        return best, f"no baseline to compare risk with: the one that reclaims the most CPU{aside}"
     limit = _risk(base)
 
     def evictions(r: ConfigRun) -> int:
@@ -136,13 +153,13 @@ def recommend(runs: Sequence[ConfigRun]) -> tuple[ConfigRun | None, str]:
             f"it reclaims the most CPU ({reclaimed(best):.1f} % of node capacity on average as batch allocatable) "
             f"among the {len(safe)} of {len(candidates)} configurations offering batch whose online risk is no "
             f"worse than without colocation ({limit[0]:.0f} node-minutes above {RISK_THRESHOLD_PCT:g} % CPU, "
-            f"{limit[1]:.0f} / {limit[2]:.0f} over CPU / memory capacity)"
+            f"{limit[1]:.0f} / {limit[2]:.0f} over CPU / memory capacity){aside}"
         )
     best = min(candidates, key=lambda r: (_risk(r), -reclaimed(r)))
     return best, (
         "no configuration offering batch keeps the online risk at the baseline's; this one has the least "
         f"({_risk(best)[0]:.0f} node-minutes above {RISK_THRESHOLD_PCT:g} % CPU against {limit[0]:.0f} without "
-        f"colocation) and reclaims {reclaimed(best):.1f} % of node CPU"
+        f"colocation) and reclaims {reclaimed(best):.1f} % of node CPU{aside}"
     )
 
 
@@ -154,7 +171,8 @@ def report_doc(runs: Sequence[ConfigRun], scenario: dict[str, Any]) -> dict[str,
         # (its descheduler round, say) appear once whichever configurations state them
         "assumptions": list(dict.fromkeys(a for r in runs for a in r.assumptions)),
         "runs": [
-            {"config": r.config, "summary": r.summary, "hourly": r.hourly, "wall_s": r.wall_s, "loops": r.loops}
+            {"config": r.config, "summary": r.summary, "hourly": r.hourly, "wall_s": r.wall_s, "loops": r.loops,
+             "findings": [f.__dict__ for f in findings(r)]}
             for r in runs
         ],
         "recommended": best.name if best else None,
@@ -189,8 +207,28 @@ def markdown(doc: dict[str, Any], runs: Sequence[ConfigRun]) -> str:
     lines += [markdown_table(runs), ""]
     if doc["recommended"]:
         lines += [f"**Recommended: {doc['recommended']}**: {doc['why']}.", ""]
+    lines += fights_section(doc["runs"])
     lines += ["Assumptions:", ""] + [f"- {a}" for a in doc["assumptions"]] + [""]
     return "\n".join(lines)
+
+
+def fights_section(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """The check-config findings of each configuration, by their settings (`koordctl check-config`
+    says why and the fix); one every replayed configuration shares is listed once."""
+    named = [(r["config"]["name"], [(f["level"], " vs ".join(f["settings"])) for f in r["findings"]])
+             for r in runs if not r["summary"]["baseline"]]
+    if not any(found for _, found in named):
+        return []
+    common = set.intersection(*(set(found) for _, found in named))
+    lines = ["Settings that fight each other (`koordctl check-config` gives the reason and the fix; a "
+             "configuration with an error is not recommended):", ""]
+    if common:
+        lines.append("- every configuration: " + "; ".join(f"{lvl} {what}" for lvl, what in sorted(common)))
+    for name, found in named:
+        own = [f"{lvl} {what}" for lvl, what in found if (lvl, what) not in common]
+        if own:
+            lines.append(f"- {name}: " + "; ".join(own))
+    return lines + [""]
 
 
 def plots(runs: Sequence[ConfigRun], doc: dict[str, Any], out: Path) -> dict[str, Path]:
