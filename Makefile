@@ -25,9 +25,10 @@ test: dev
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The what-if evaluation on the 14 Alibaba 2018 machines (8 days): the default configuration, the
-# evaluation's sweep and the candidate beside the no-colocation baseline (README: What-if replay)
+# evaluation's sweep and the two candidates beside the no-colocation baseline (README: What-if replay)
 whatif: dev
-	$(BIN)/koordctl whatif --evaluate --candidate deploy/config/whatif/quota-suppress-63.yaml $(WHATIF_ARGS)
+	$(BIN)/koordctl whatif --evaluate --candidate deploy/config/whatif/quota-suppress-63.yaml \
+		--candidate deploy/config/whatif/quota-suppress-63-reclaim-70.yaml $(WHATIF_ARGS)
 
 bench: dev
 	for b in bench/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -97,3 +97,15 @@ def test_whatif_replays_a_candidate_file_beside_the_default(tmp_path):
     assert [r["config"]["name"] for r in doc["runs"]] == ["no colocation", "default", "quota suppress at 63 %"]
     threshold = doc["runs"][2]["config"]["slo-controller-config"]["resource-threshold-config"]
     assert threshold["clusterStrategy"]["cpuSuppressPolicy"] == "cfsQuota"
+
+
+def test_the_repositorys_candidates_have_no_fight():
+    """The configurations the README replays and recommends pass check-config (warnings at most)."""
+    from pathlib import Path
+
+    candidates = sorted((Path(__file__).resolve().parents[3] / "deploy/config/whatif").glob("*.yaml"))
+    assert [p.name for p in candidates] == ["quota-suppress-63-reclaim-70.yaml", "quota-suppress-63.yaml"]
+    for path in candidates:
+        res = runner.invoke(app, ["check-config", "--config", str(path), "-o", "json"])
+        assert res.exit_code == 0, res.output
+        assert "error" not in {f["level"] for f in json.loads(res.output)}

@@ -244,6 +244,7 @@ def plots(runs: Sequence[ConfigRun], doc: dict[str, Any], out: Path) -> dict[str
     fig, ax = plt.subplots(figsize=(11, 6))
     top = 1.0
     colours = plt.get_cmap("tab10")
+    fights = {d["config"]["name"] for d in doc["runs"] if any(f["level"] == ERROR for f in d["findings"])}
     for i, r in enumerate(others):
         x = r.summary["online_risk"]["node_minutes_over_risk_threshold"]
         offered = r.summary["reclaimed_cpu_pct"]["mean"]
@@ -254,7 +255,8 @@ def plots(runs: Sequence[ConfigRun], doc: dict[str, Any], out: Path) -> dict[str
         # offered (filled) and used (hollow) on one vertical: the gap is capacity batch could not use
         ax.plot([x, x], [used, offered], color=c, lw=1, alpha=0.6)
         ax.scatter([x], [offered], s=140 if star else 50, marker="*" if star else "o", color=c, zorder=3,
-                   label=f"{i + 1}. {r.name}" + ("  (recommended)" if star else ""))
+                   label=f"{i + 1}. {r.name}" + ("  (recommended)" if star else "")
+                   + ("  (settings fight: check-config error)" if r.name in fights else ""))
         ax.scatter([x], [used], s=40, marker="o", facecolors="none", edgecolors=[c], zorder=3)
         ax.annotate(str(i + 1), (x, offered), textcoords="offset points", xytext=(6, 3), fontsize=8)
     if base is not None:
