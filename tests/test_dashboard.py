@@ -416,7 +416,7 @@ def test_whatif_panel_shows_the_published_report(stack, browser, tmp_path):
     from koordwhatif.runner import run_sweep
 
     spec, about = scenario.spec_for("history", history=whatif_history(tmp_path / "history"))
-    configs = sweep(WhatIfConfig(), parse_sweep(["cpuReclaimThresholdPercent=50,60"]))
+    configs = sweep(WhatIfConfig(), parse_sweep(["cpuReclaimThresholdPercent=50,70"]))
     out = tmp_path / "whatif"
     with ThreadPoolExecutor(1) as pool:  # the replay runs its own event loop; Playwright's is running here
         runs = pool.submit(run_sweep, spec, configs, 2 * 3600, workers=1).result()
@@ -442,6 +442,12 @@ def test_whatif_panel_shows_the_published_report(stack, browser, tmp_path):
         assert [rows.nth(i).locator("td").nth(0).inner_text() for i in range(rows.count())] == [
             r["config"]["name"] for r in doc["runs"]]
         assert page.locator("#whatif-table tbody tr.recommended td").nth(0).inner_text() == doc["recommended"]
+        fights = page.locator("#whatif-fights li")
+        assert [fights.nth(i).inner_text() for i in range(fights.count())] == [
+            f"{r['config']['name']}: {f['level']} {' vs '.join(f['settings'])}: {f['problem']} Fix: {f['fix']}"
+            for r in doc["runs"] for f in r["findings"]]
+        assert any("cpuReclaimThresholdPercent=70 vs cpuSuppressThresholdPercent=65" in fights.nth(i).inner_text()
+                   for i in range(fights.count()))
         items = page.locator("#whatif-assumptions li")
         assert [items.nth(i).inner_text() for i in range(items.count())] == doc["assumptions"] != []
         page.wait_for_function("[...document.querySelectorAll('#whatif-plots img')].every(i => i.complete && "

@@ -33,7 +33,10 @@ REPORT = {
     "assumptions": ["online pods are the traced machines' usage", "batch demand 0.3 of node CPU"],
     "runs": [{"config": {"name": "baseline"}, "summary": {"baseline": True}, "hourly": {}, "wall_s": 1, "loops": 0},
              {"config": {"name": "cpuReclaimThresholdPercent=60"}, "summary": {"baseline": False}, "hourly": {},
-              "wall_s": 2, "loops": 0}],
+              "wall_s": 2, "loops": 0,
+              "findings": [{"level": "warning", "settings": ["usage_thresholds.memory=95", "highThresholds.memory=80"],
+                            "problem": "the scheduler fills nodes to 95 % memory.", "fix": "set it below 80."},
+                           "not a finding"]}],
     "recommended": "cpuReclaimThresholdPercent=60",
     "why": "it reclaims the most CPU",
 }  # fmt: skip
@@ -91,6 +94,8 @@ def test_publish_read_and_keep_across_restart(make_client):
     assert view["plots"] == {"reclaimed-vs-risk.png": URL + "/files/reclaimed-vs-risk.png",
                              "hourly-bands.png": URL + "/files/hourly-bands.png"}  # fmt: skip
     assert [cf["name"] for cf in view["configs"]] == ["baseline", "cpuReclaimThresholdPercent=60"]
+    # check-config's findings per configuration (what is not one is left out; an older report has none)
+    assert [cf["findings"] for cf in view["configs"]] == [[], [REPORT["runs"][1]["findings"][0]]]
     got = c.get(URL + "/files/hourly-bands.png")
     assert got.status_code == 200 and got.headers["content-type"] == "image/png" and got.content == png(3, 1)
     assert json.loads(c.get(URL + "/files/report.json").content) == REPORT

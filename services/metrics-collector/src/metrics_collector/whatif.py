@@ -99,6 +99,17 @@ def markdown_table(text: str) -> dict[str, list] | None:
     return None
 
 
+def _findings(raw: Any) -> list[dict[str, Any]]:
+    """A run's check-config findings as the page shows them (a report from before they were
+    written has none; a malformed one shows none rather than breaking the panel)."""
+    out = []
+    for f in raw if isinstance(raw, list) else []:
+        if isinstance(f, dict) and isinstance(f.get("settings"), list):
+            out.append({"level": str(f.get("level", "")), "settings": [str(x) for x in f["settings"]],
+                        "problem": str(f.get("problem", "")), "fix": str(f.get("fix", ""))})
+    return out
+
+
 def view(ts: int, files: dict[str, bytes]) -> dict[str, Any]:
     """What the dashboard shows of a stored report."""
     doc = orjson.loads(files[REPORT])
@@ -110,7 +121,8 @@ def view(ts: int, files: dict[str, bytes]) -> dict[str, Any]:
         "why": doc.get("why") or "",
         "assumptions": doc.get("assumptions") or [],
         "configs": [
-            {"name": (r.get("config") or {}).get("name"), "baseline": bool((r.get("summary") or {}).get("baseline"))}
+            {"name": (r.get("config") or {}).get("name"), "baseline": bool((r.get("summary") or {}).get("baseline")),
+             "findings": _findings(r.get("findings"))}
             for r in doc.get("runs") or []
         ],
         "table": markdown_table(md.decode("utf-8")) if md else None,

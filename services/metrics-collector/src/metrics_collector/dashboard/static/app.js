@@ -437,6 +437,17 @@
       img.src = url; img.alt = name; img.setAttribute("data-plot", name);
       plots.appendChild(img);
     }
+    const fights = $("#whatif-fights");
+    fights.textContent = "";
+    for (const c of w.configs || []) {
+      for (const f of c.findings || []) {
+        const li = document.createElement("li");
+        li.textContent = `${c.name}: ${f.level} ${f.settings.join(" vs ")}: ${f.problem} Fix: ${f.fix}`;
+        if (f.level === "error") li.classList.add("error");
+        fights.appendChild(li);
+      }
+    }
+    $("#whatif-fights-head").hidden = fights.childElementCount === 0;
     const ul = $("#whatif-assumptions");
     ul.textContent = "";
     for (const a of w.assumptions || []) { const li = document.createElement("li"); li.textContent = a; ul.appendChild(li); }
