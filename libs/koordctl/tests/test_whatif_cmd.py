@@ -109,3 +109,12 @@ def test_the_repositorys_candidates_have_no_fight():
         res = runner.invoke(app, ["check-config", "--config", str(path), "-o", "json"])
         assert res.exit_code == 0, res.output
         assert "error" not in {f["level"] for f in json.loads(res.output)}
+
+
+def test_publishing_to_a_demo_that_is_not_running_is_refused_before_replaying(tmp_path, monkeypatch):
+    state = tmp_path / "demo.json"  # no demo has written it
+    monkeypatch.setenv("KOORD_STATE_FILE", str(state))
+    res = runner.invoke(app, ["whatif", "--days", "0.05", "--publish", "demo", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2, res.output
+    assert f"no metrics-collector URL given and no running demo in {state}" in res.output
+    assert "replaying" not in res.output and not (tmp_path / "r").exists()

@@ -132,6 +132,9 @@ def register(app: typer.Typer, cli) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         base = _config(config, slo_config, extender, descheduler)
+        # where the report goes, known before the replays start: a demo that is not running is
+        # said now, not after minutes of replaying
+        url = (cli._service_url("metrics-collector", None) if publish == "demo" else publish) if publish else None
         try:
             if sweep and (vary or evaluate):
                 raise ConfigError("--sweep (every combination) and --vary / --evaluate (one at a time) do not mix")
@@ -182,11 +185,10 @@ def register(app: typer.Typer, cli) -> None:
             typer.echo(f"\nrecommended: {best.name}: {why}")
         typer.echo(f"\n{len(runs)} replays in {time.monotonic() - started:.0f} s; report: "
                    + ", ".join(str(p) for p in paths.values()))
-        if publish:
+        if url:
             from .whatif_publish import PublishError
             from .whatif_publish import publish as send
 
-            url = cli._service_url("metrics-collector", None) if publish == "demo" else publish
             token_file = cli._credential_env()["KOORD_API_TOKEN_FILE"]
             try:
                 token = Path(token_file).read_text().strip() if token_file else None
