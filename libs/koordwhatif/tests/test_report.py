@@ -86,3 +86,9 @@ def test_the_report_lists_each_configurations_fights(tmp_path):
     # none: no section
     clean = write([BASE, run("c", 15, 100)], {"title": "hand-written"}, tmp_path / "clean")
     assert "fight" not in clean["markdown"].read_text()
+    # shared by every configuration: once; a lone configuration's are its own
+    both = write([BASE, run("a", 25, 100, knobs={}), run("b", 20, 100, knobs={})], {"title": "h"}, tmp_path / "both")
+    assert ("- every configuration: warning scheduler-extender usage_thresholds.memory=95 vs descheduler "
+            "__default_node_pool__ highThresholds.memory=80\n\nAssumptions") in both["markdown"].read_text()
+    alone = write([BASE, run("a", 25, 100, knobs={})], {"title": "h"}, tmp_path / "alone")
+    assert "- a: warning scheduler-extender usage_thresholds.memory=95" in alone["markdown"].read_text()

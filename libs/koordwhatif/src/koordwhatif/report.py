@@ -214,12 +214,12 @@ def markdown(doc: dict[str, Any], runs: Sequence[ConfigRun]) -> str:
 
 def fights_section(runs: Sequence[dict[str, Any]]) -> list[str]:
     """The check-config findings of each configuration, by their settings (`koordctl check-config`
-    says why and the fix); one every replayed configuration shares is listed once."""
+    says why and the fix); one that every replayed configuration (of several) shares is listed once."""
     named = [(r["config"]["name"], [(f["level"], " vs ".join(f["settings"])) for f in r["findings"]])
              for r in runs if not r["summary"]["baseline"]]
     if not any(found for _, found in named):
         return []
-    common = set.intersection(*(set(found) for _, found in named))
+    common = set.intersection(*(set(found) for _, found in named)) if len(named) > 1 else set()
     lines = ["Settings that fight each other (`koordctl check-config` gives the reason and the fix; a "
              "configuration with an error is not recommended):", ""]
     if common:
