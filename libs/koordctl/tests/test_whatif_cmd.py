@@ -118,3 +118,19 @@ def test_publishing_to_a_demo_that_is_not_running_is_refused_before_replaying(tm
     assert res.exit_code == 2, res.output
     assert f"no metrics-collector URL given and no running demo in {state}" in res.output
     assert "replaying" not in res.output and not (tmp_path / "r").exists()
+
+
+def test_check_config_reads_a_descheduler_configuration(tmp_path):
+    d = tmp_path / "descheduler.yaml"
+    d.write_text(yaml.safe_dump({
+        "apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerConfiguration", "deschedulingInterval": "10s",
+        "leaderElection": {"leaderElect": True},
+        "profiles": [{"name": "koord-descheduler", "plugins": {"balance": {"enabled": [{"name": "LowNodeLoad"}]}},
+                      "pluginConfig": [{"name": "LowNodeLoad", "args": {"highThresholds": {"cpu": 60, "memory": 80},
+                                                                        "lowThresholds": {"cpu": 45, "memory": 55}}}]}],
+    }))  # fmt: skip
+    res = runner.invoke(app, ["check-config", "--descheduler", str(d), "-o", "json"])
+    assert res.exit_code == 1, res.output  # the load-aware 65 % over the pool's high 60 %: a migration loop
+    found = [(f["level"], f["settings"]) for f in json.loads(res.output)]
+    assert ("error", ["scheduler-extender usage_thresholds.cpu=65", "descheduler __default_node_pool__ highThresholds.cpu=60"]) in found
+    assert ("warning", ["descheduler"]) in found  # leaderElection: accepted without effect

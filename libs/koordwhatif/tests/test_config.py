@@ -1,5 +1,6 @@
 """Configurations, knobs and sweeps; the default ConfigMap is the repository's example."""
 
+import copy
 import json
 from pathlib import Path
 
@@ -132,3 +133,38 @@ def test_variations_change_one_setting_at_a_time_and_skip_the_defaults():
     assert got[1].slo["colocation-config"] == {**default, "cpuReclaimThresholdPercent": 50}
     assert got[3].slo["colocation-config"] == {**default, "cpuCalculatePolicy": "maxUsageRequest"}
     assert got[4].extender == {"usage_thresholds": {"cpu": 75, "memory": 95}} and got[4].slo == WhatIfConfig().slo
+
+
+DESCHEDULER_CONFIGURATION = {
+    "apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerConfiguration", "deschedulingInterval": "10s",
+    "profiles": [{"name": "koord-descheduler",
+                  "plugins": {"balance": {"enabled": [{"name": "LowNodeLoad"}]},
+                              "deschedule": {"disabled": [{"name": "*"}]}},
+                  "pluginConfig": [{"name": "LowNodeLoad", "args": {
+                      "apiVersion": "descheduler/v1alpha2", "kind": "LowNodeLoadArgs",
+                      "lowThresholds": {"cpu": 45, "memory": 55}, "highThresholds": {"cpu": 60, "memory": 80}}}]}],
+}  # fmt: skip
+
+
+def test_a_whole_descheduler_configuration_is_read_as_the_service_reads_it(tmp_path):
+    from koordwhatif.config import with_descheduler
+
+    cfg = with_descheduler(WhatIfConfig(), copy.deepcopy(DESCHEDULER_CONFIGURATION))
+    assert cfg.descheduler_interval_s == 10.0  # its deschedulingInterval is the replay's round interval
+    [pool] = cfg.descheduler_args().nodePools
+    assert (pool.lowThresholds, pool.highThresholds) == ({"cpu": 45, "memory": 55}, {"cpu": 60, "memory": 80})
+    # a knob reaches the LowNodeLoad plugin's arguments inside the profile
+    swept = with_knob(cfg, "descheduler.highThresholds.cpu", 70)
+    assert swept.descheduler_args().nodePools[0].highThresholds == {"cpu": 70, "memory": 80}
+    assert cfg.descheduler_args().nodePools[0].highThresholds["cpu"] == 60  # cfg itself untouched
+    # a configuration file: the interval once, or refused
+    p = tmp_path / "mine.yaml"
+    p.write_text(yaml.safe_dump({"descheduler": DESCHEDULER_CONFIGURATION}))
+    assert load_config(p).descheduler_interval_s == 10.0
+    p.write_text(yaml.safe_dump({"descheduler": DESCHEDULER_CONFIGURATION, "descheduler_interval_s": 30}))
+    with pytest.raises(ConfigError, match=r"descheduler_interval_s 30 and the DeschedulerConfiguration's "
+                                          r"deschedulingInterval \(10 s\) differ"):
+        load_config(p)
+    p.write_text(yaml.safe_dump({"descheduler": {**DESCHEDULER_CONFIGURATION, "profiles": [{"name": "a"}, {"name": "b"}]}}))
+    with pytest.raises(ConfigError, match="one profile is supported"):
+        load_config(p)

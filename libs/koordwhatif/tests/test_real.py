@@ -231,3 +231,23 @@ def test_a_scaled_setting_keeps_its_cadence_in_simulated_time():
     assert scaled_setting(SLOSettings, "resync_s", 60.0) == "0.5"
     assert scaled_setting(SLOSettings, "resync_s", 1.0) == "30"
     assert scaled_setting(SLOSettings, "resync_s", 10_000.0) == "0.05"  # never a busier loop than 50 ms
+
+
+def test_a_descheduler_configuration_keeps_its_interval_scaled(tmp_path):
+    """A DeschedulerConfiguration's 10 s rounds reach the real descheduler as 10 s of cluster time
+    at the replay's speed, the file's own deschedulingInterval not contradicting it."""
+    from descheduler.main import Settings, load_config, round_interval
+    from koordwhatif.config import with_descheduler
+
+    doc = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerConfiguration", "deschedulingInterval": "10s",
+           "profiles": [{"name": "p", "plugins": {"balance": {"enabled": [{"name": "LowNodeLoad"}]}},
+                         "pluginConfig": [{"name": "LowNodeLoad", "args": {"highThresholds": {"cpu": 70, "memory": 80},
+                                                                           "lowThresholds": {"cpu": 40, "memory": 50}}}]}]}
+    cfg = with_descheduler(WhatIfConfig(), doc)
+    files = write_config_files(cfg, tmp_path)
+    [d] = [d for d in service_defs(cfg, ["n0"], 60, SPEED, files) if d.module == "descheduler"]
+    env = dict(d.env)
+    settings = Settings(interval_s=float(env["KOORD_DESCHEDULER_INTERVAL_S"]), args_file=str(files["descheduler"]))
+    loaded = load_config(settings.args_file)
+    assert round_interval(settings, loaded) == 10 / SPEED
+    assert loaded.args.nodePools[0].highThresholds == {"cpu": 70, "memory": 80}

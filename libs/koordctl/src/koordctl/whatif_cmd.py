@@ -46,12 +46,14 @@ def _config(config: Path | None, slo_config: Path | None, extender: Path | None,
             parts["slo"] = {k: json.loads(v) if isinstance(v, str) else v for k, v in data.items()}
         if extender:
             parts["extender"] = yaml.safe_load(extender.read_text()) or {}
-        if descheduler:
-            parts["descheduler"] = yaml.safe_load(descheduler.read_text()) or {}
         if parts:
             import dataclasses
 
             cfg = dataclasses.replace(cfg, **parts)
+        if descheduler:  # LowNodeLoadArgs, or a DeschedulerConfiguration with its round interval
+            from koordwhatif.config import with_descheduler
+
+            cfg = with_descheduler(cfg, yaml.safe_load(descheduler.read_text()) or {})
         return cfg.check()
     except (ConfigError, OSError, ValueError, yaml.YAMLError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -67,7 +69,7 @@ def register(app: typer.Typer, cli) -> None:
         config: Path | None = typer.Option(None, help="one YAML with slo-controller-config, scheduler-extender, descheduler"),
         slo_config: Path | None = typer.Option(None, help="the slo-controller-config ConfigMap (YAML)"),
         extender: Path | None = typer.Option(None, help="the scheduler-extender settings (YAML)"),
-        descheduler: Path | None = typer.Option(None, help="the descheduler's LowNodeLoadArgs (YAML)"),
+        descheduler: Path | None = typer.Option(None, help="the descheduler's LowNodeLoadArgs or DeschedulerConfiguration (YAML)"),
         output: str = typer.Option("table", "--output", "-o", help="table or json"),
     ):
         """Report settings of the slo-controller, the extender and the descheduler that fight each other.
@@ -101,7 +103,7 @@ def register(app: typer.Typer, cli) -> None:
         config: Path | None = typer.Option(None, help="the configuration to evaluate (default: the repository's example)"),
         slo_config: Path | None = typer.Option(None, help="...or the slo-controller-config ConfigMap alone"),
         extender: Path | None = typer.Option(None, help="...and the scheduler-extender settings"),
-        descheduler: Path | None = typer.Option(None, help="...and the descheduler's LowNodeLoadArgs"),
+        descheduler: Path | None = typer.Option(None, help="...and the descheduler's LowNodeLoadArgs or DeschedulerConfiguration"),
         sweep: list[str] = typer.Option([], help="knob=v1,v2 (repeatable): every combination is replayed"),
         vary: list[str] = typer.Option([], help="knob=v1,v2 (repeatable): each value replayed on its own, the "
                                        "other settings as configured"),

@@ -138,14 +138,18 @@ def check(cfg: WhatIfConfig) -> list[Finding]:
             "compete with batch for CPU.",
             "enable the resource-threshold strategy (CPU suppress, memory eviction).",
         ))  # fmt: skip
-    # what the slo-controller takes without acting on it (it logs each): not a fight, but a
-    # setting its writer expects to work
+    # what the slo-controller and the descheduler take without acting on it (each logs it): not
+    # a fight, but a setting its writer expects to work
     for warning in cfg.slo_config()[1]:
         out.append(Finding(
             WARNING, ("slo-controller-config",), f"accepted without effect: {warning}.",
             "remove the setting from the ConfigMap (where the message names one, set the service's own setting "
             "instead).",
         ))  # fmt: skip
+    loaded = cfg.descheduler_config()
+    for warning in loaded.warnings if loaded is not None else []:
+        out.append(Finding(WARNING, ("descheduler",), f"accepted without effect: {warning}.",
+                           "remove the setting from the descheduler's configuration."))
     return out
 
 

@@ -3,7 +3,8 @@
 A configuration is the three things an administrator sets: the slo-controller's ConfigMap
 (`slo-controller-config`, Koordinator's keys and JSON documents), the scheduler-extender's
 settings (its YAML, Koordinator's LoadAwareSchedulingArgs in snake_case) and the descheduler's
-LowNodeLoadArgs (Koordinator's names; absent: no descheduler). The replay hands each to the
+LowNodeLoadArgs or whole DeschedulerConfiguration (Koordinator's names; absent: no descheduler;
+a DeschedulerConfiguration's deschedulingInterval is the replay's round interval). The replay hands each to the
 service that reads it, through that service's own parser, so a configuration that replays is
 one the services accept.
 
@@ -78,17 +79,24 @@ class WhatIfConfig:
         except ValueError as exc:
             raise ConfigError(f"{self.name}: scheduler-extender settings: {exc}") from None
 
-    def descheduler_args(self):
+    def descheduler_config(self):
+        """The descheduler's reading of its configuration (LowNodeLoadArgs or a
+        DeschedulerConfiguration, by its own parser): the arguments, the round interval the file
+        sets, the warnings about keys without effect; None without a descheduler."""
         if not self.descheduler_interval_s >= 1:
             raise ConfigError(f"{self.name}: descheduler_interval_s {self.descheduler_interval_s}: at least 1 s")
         if self.descheduler is None:
             return None
-        from descheduler.core.config import LowNodeLoadArgs
+        from descheduler.core.config import parse_config
 
         try:
-            return LowNodeLoadArgs.model_validate(self.descheduler)
+            return parse_config(self.descheduler)
         except ValueError as exc:
             raise ConfigError(f"{self.name}: descheduler args: {exc}") from None
+
+    def descheduler_args(self):
+        loaded = self.descheduler_config()
+        return None if loaded is None else loaded.args
 
     def slo_config(self):
         """(what the slo-controller makes of the ConfigMap, by its own parser with its defaults
@@ -137,6 +145,24 @@ def from_doc(doc: Mapping[str, Any]) -> WhatIfConfig:
     )  # fmt: skip
 
 
+def with_descheduler(cfg: WhatIfConfig, doc: Any, interval_s: float | None = None) -> WhatIfConfig:
+    """`cfg` with the descheduler's configuration `doc`, and its round interval: `interval_s`
+    when given, else a DeschedulerConfiguration's deschedulingInterval, else cfg's; the two
+    given and different are refused."""
+    from descheduler.core.config import parse_config
+
+    try:
+        in_file = parse_config(doc).interval_s if doc is not None else None
+    except ValueError as exc:
+        raise ConfigError(f"{cfg.name}: descheduler args: {exc}") from None
+    if in_file is not None and interval_s is not None and float(interval_s) != in_file:
+        raise ConfigError(f"descheduler_interval_s {interval_s:g} and the DeschedulerConfiguration's "
+                          f"deschedulingInterval ({in_file:g} s) differ: set the interval once")
+    chosen = interval_s if interval_s is not None else in_file
+    return replace(cfg, descheduler=doc,
+                   descheduler_interval_s=float(chosen) if chosen is not None else cfg.descheduler_interval_s)
+
+
 def baseline() -> WhatIfConfig:
     """The no-colocation baseline: the online pods alone."""
     return WhatIfConfig(name="no colocation", colocation=False, descheduler=None)
@@ -177,11 +203,12 @@ def load_config(path: str | Path) -> WhatIfConfig:
         name=str(doc.get("name") or p.stem),
         slo=slo,
         extender=dict(doc.get("scheduler-extender") or {}),
-        descheduler=doc["descheduler"] if "descheduler" in doc else copy.deepcopy(DEFAULT_DESCHEDULER),
-        descheduler_interval_s=float(doc.get("descheduler_interval_s", 60.0)),
         colocation=bool(doc.get("colocation", True)),
     )
     try:
+        interval = doc.get("descheduler_interval_s")
+        cfg = with_descheduler(cfg, doc["descheduler"] if "descheduler" in doc else copy.deepcopy(DEFAULT_DESCHEDULER),
+                               float(interval) if interval is not None else None)
         return cfg.check()  # fail early, naming the file
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
@@ -230,6 +257,25 @@ def _set_path(doc: Any, path: Sequence[str], value: Any, where: str) -> None:
         raise ConfigError(f"{where}: cannot set {'.'.join(path)}")
 
 
+def _lownodeload_args(doc: dict) -> dict:
+    """Where a `descheduler.<arg>` knob goes: the document itself when it is LowNodeLoadArgs, the
+    LowNodeLoad plugin's arguments in the (one) profile of a DeschedulerConfiguration."""
+    from descheduler.core.config import LOW_NODE_LOAD, DeschedulerConfiguration
+
+    if doc.get("kind") != DeschedulerConfiguration.KIND and "profiles" not in doc:
+        return doc
+    profiles = doc.setdefault("profiles", [{}]) or [{}]
+    doc["profiles"] = profiles
+    configs = profiles[0].setdefault("pluginConfig", [])
+    entry = next((c for c in configs if isinstance(c, dict) and c.get("name") == LOW_NODE_LOAD), None)
+    if entry is None:
+        entry = {"name": LOW_NODE_LOAD, "args": {}}
+        configs.append(entry)
+    if not isinstance(entry.get("args"), dict):
+        entry["args"] = {}
+    return entry["args"]
+
+
 def with_knob(cfg: WhatIfConfig, knob: str, value: Any) -> WhatIfConfig:
     """`cfg` with one knob set (see the module doc for the names)."""
     section, _, rest = knob.partition(".")
@@ -257,10 +303,11 @@ def with_knob(cfg: WhatIfConfig, knob: str, value: Any) -> WhatIfConfig:
         return replace(cfg, extender=ext)
     if section == "descheduler":
         desched = copy.deepcopy(cfg.descheduler or DEFAULT_DESCHEDULER)
+        args = _lownodeload_args(desched)
         path = rest.split(".")
-        if path[0] == "nodePools" and "nodePools" not in desched:
-            desched["nodePools"] = [{}]
-        _set_path(desched, path, value, knob)
+        if path[0] == "nodePools" and "nodePools" not in args:
+            args["nodePools"] = [{}]
+        _set_path(args, path, value, knob)
         return replace(cfg, descheduler=desched)
     raise ConfigError(
         f"unknown knob {knob!r}: use colocation.<field>, threshold.<field>, extender.<setting> or descheduler.<arg>"

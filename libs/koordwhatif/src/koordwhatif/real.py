@@ -170,7 +170,11 @@ def write_config_files(cfg: WhatIfConfig, where: Path) -> dict[str, Path]:
     files = {"extender": where / "scheduler-extender.yaml", "descheduler": where / "descheduler-args.yaml"}
     files["extender"].write_text(yaml.safe_dump(dict(cfg.extender)))
     if cfg.descheduler is not None:
-        files["descheduler"].write_text(yaml.safe_dump(cfg.descheduler))
+        # the round interval goes to the service scaled by the speed (KOORD_DESCHEDULER_INTERVAL_S);
+        # a DeschedulerConfiguration's own deschedulingInterval, already taken into
+        # cfg.descheduler_interval_s, would contradict it
+        doc = {k: v for k, v in cfg.descheduler.items() if k != "deschedulingInterval"}
+        files["descheduler"].write_text(yaml.safe_dump(doc))
     return files
 
 
