@@ -33,6 +33,10 @@ def test_koordinators_defaults_have_one_memory_warning_and_no_error():
           "threshold__cpuEvictBESatisfactionUpperPercent": 80}, ERROR,
          ("cpuReclaimThresholdPercent=70", "cpuSuppressThresholdPercent=65", "cpuEvictBESatisfaction*"),
          "at or below 65"),
+        # ...unless satisfaction is measured against the batch allocatable, which suppress leaves alone
+        ({"cpuReclaimThresholdPercent": 70, "threshold__cpuEvictBESatisfactionLowerPercent": 60,
+          "threshold__cpuEvictBESatisfactionUpperPercent": 80, "threshold__cpuEvictPolicy": "evictByAllocatable"},
+         WARNING, ("cpuReclaimThresholdPercent=70", "cpuSuppressThresholdPercent=65"), "or accept slower batch pods"),
         ({"memoryReclaimThresholdPercent": 80}, ERROR,
          ("memoryReclaimThresholdPercent=80", "memoryEvictThresholdPercent=70"), "at or below 70"),
         ({"descheduler__nodePools__0__highThresholds__cpu": 60, "descheduler__nodePools__0__lowThresholds__cpu": 40},

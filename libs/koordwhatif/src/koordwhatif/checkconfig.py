@@ -32,14 +32,17 @@ def _cluster_threshold(cfg: WhatIfConfig) -> dict:
     return (doc.get("clusterStrategy") or {}) if isinstance(doc, dict) else {}
 
 
-def _cpu_evict_on(cfg: WhatIfConfig) -> bool:
-    """Whether the node agent evicts BestEffort pods by CPU satisfaction (its own rule for when
-    that strategy runs, on the cluster strategy the slo-controller makes of the ConfigMap)."""
+def _evicts_below_suppress(cfg: WhatIfConfig) -> bool:
+    """Whether the node agent evicts BestEffort pods by CPU satisfaction measured against the
+    limit CPU suppress sets (its own rule for when that strategy runs, on the cluster strategy the
+    slo-controller makes of the ConfigMap; evictByAllocatable measures against the batch
+    allocatable instead, which suppress does not lower)."""
     from koordcommon.schemas import ResourceThresholdStrategy
-    from node_agent.qos.strategies.cpu_evict import satisfaction_problem
+    from node_agent.qos.strategies.cpu_evict import EVICT_BY_ALLOCATABLE, satisfaction_problem
 
     strategy = ResourceThresholdStrategy.model_validate(cfg.slo_config()[0].threshold.cluster)
-    return strategy.enable and satisfaction_problem(strategy) is None
+    return (strategy.enable and satisfaction_problem(strategy) is None
+            and strategy.cpuEvictPolicy != EVICT_BY_ALLOCATABLE)
 
 
 def check(cfg: WhatIfConfig) -> list[Finding]:
@@ -66,7 +69,7 @@ def check(cfg: WhatIfConfig) -> list[Finding]:
             f"set the load-aware CPU threshold at or below {suppress_cpu}, or raise cpuSuppressThresholdPercent.",
         ))  # fmt: skip
     if colocation_on and suppress_on and reclaim_cpu > suppress_cpu:
-        if _cpu_evict_on(cfg):
+        if _evicts_below_suppress(cfg):
             out.append(Finding(
                 ERROR, (f"cpuReclaimThresholdPercent={reclaim_cpu}", f"cpuSuppressThresholdPercent={suppress_cpu}",
                         "cpuEvictBESatisfaction*"),
@@ -80,7 +83,8 @@ def check(cfg: WhatIfConfig) -> list[Finding]:
                 WARNING, (f"cpuReclaimThresholdPercent={reclaim_cpu}", f"cpuSuppressThresholdPercent={suppress_cpu}"),
                 f"batch-cpu is offered up to {reclaim_cpu} % of the node but BestEffort CPU is held below "
                 f"{suppress_cpu} %: batch pods that use the CPU they were admitted for are throttled and run slower "
-                "(no loop while BE CPU eviction is off; the replay shows what it costs in batch CPU-hours).",
+                "(no loop while BE CPU eviction by the suppressed limit is off; the replay shows what it costs in "
+                "batch CPU-hours).",
                 f"keep cpuReclaimThresholdPercent at or below {suppress_cpu}, or accept slower batch pods for more "
                 "of them placed.",
             ))  # fmt: skip
