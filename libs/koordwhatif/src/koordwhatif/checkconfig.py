@@ -32,7 +32,7 @@ def _cluster_threshold(cfg: WhatIfConfig) -> dict:
     return (doc.get("clusterStrategy") or {}) if isinstance(doc, dict) else {}
 
 
-def _evicts_below_suppress(cfg: WhatIfConfig) -> bool:
+def _evicts_below_suppress(cluster_strategy: dict) -> bool:
     """Whether the node agent evicts BestEffort pods by CPU satisfaction measured against the
     limit CPU suppress sets (its own rule for when that strategy runs, on the cluster strategy the
     slo-controller makes of the ConfigMap; evictByAllocatable measures against the batch
@@ -40,7 +40,7 @@ def _evicts_below_suppress(cfg: WhatIfConfig) -> bool:
     from koordcommon.schemas import ResourceThresholdStrategy
     from node_agent.qos.strategies.cpu_evict import EVICT_BY_ALLOCATABLE, satisfaction_problem
 
-    strategy = ResourceThresholdStrategy.model_validate(cfg.slo_config()[0].threshold.cluster)
+    strategy = ResourceThresholdStrategy.model_validate(cluster_strategy)
     return (strategy.enable and satisfaction_problem(strategy) is None
             and strategy.cpuEvictPolicy != EVICT_BY_ALLOCATABLE)
 
@@ -48,6 +48,7 @@ def _evicts_below_suppress(cfg: WhatIfConfig) -> bool:
 def check(cfg: WhatIfConfig) -> list[Finding]:
     """Every conflict between the configuration's thresholds (empty: none found)."""
     out: list[Finding] = []
+    slo, slo_warnings = cfg.slo_config()  # the slo-controller's reading, once
     colo = cfg.slo.get(KEY_COLOCATION) or {}
     thr = _cluster_threshold(cfg)
     ext = cfg.extender_settings()
@@ -69,7 +70,7 @@ def check(cfg: WhatIfConfig) -> list[Finding]:
             f"set the load-aware CPU threshold at or below {suppress_cpu}, or raise cpuSuppressThresholdPercent.",
         ))  # fmt: skip
     if colocation_on and suppress_on and reclaim_cpu > suppress_cpu:
-        if _evicts_below_suppress(cfg):
+        if _evicts_below_suppress(slo.threshold.cluster):
             out.append(Finding(
                 ERROR, (f"cpuReclaimThresholdPercent={reclaim_cpu}", f"cpuSuppressThresholdPercent={suppress_cpu}",
                         "cpuEvictBESatisfaction*"),
@@ -144,7 +145,7 @@ def check(cfg: WhatIfConfig) -> list[Finding]:
         ))  # fmt: skip
     # what the slo-controller and the descheduler take without acting on it (each logs it): not
     # a fight, but a setting its writer expects to work
-    for warning in cfg.slo_config()[1]:
+    for warning in slo_warnings:
         out.append(Finding(
             WARNING, ("slo-controller-config",), f"accepted without effect: {warning}.",
             "remove the setting from the ConfigMap (where the message names one, set the service's own setting "
