@@ -143,6 +143,42 @@ async def test_the_driver_submits_finishes_and_resubmits_what_was_evicted():
     assert np.isfinite(lives[second.key].ended_ms)
 
 
+@pytest.mark.parametrize("held_per_minute_ms, minutes_late", [
+    ([], 0),  # never throttled: ends at its traced duration
+    ([30_000, 30_000], 1),  # granted half of what it asked for two minutes: one minute later
+    ([30_000, 20_000], 1),  # 50 s withheld: the first tick at or past duration + 50 s
+    ([60_000, 60_000, 5_000], 3),  # two minutes with nothing, then 5 s: ends three ticks later
+])
+async def test_a_pod_held_back_by_cpu_suppress_ends_that_much_later(held_per_minute_ms, minutes_late):
+    spec = SimSpec(nodes=2, online_pods_per_node=0, node_cpu_cores=64, batch_pod_cpu_milli=4000, batch_load=0.3,
+                   start_ms=START, speed=0, trace_set="sample", seed=1)
+    from koordsim.spec import SimClock
+
+    clock = {"ms": START}
+    cluster = SimCluster(spec, clock=SimClock(START, 1.0, START, wall=lambda: clock["ms"] / 1000))
+    await cluster.start()
+    driver = BatchDriver(cluster, spec)
+    clock["ms"] = START + 3_600_000
+    await driver.step(clock["ms"])
+    pod = (await cluster.list_pods(namespace=batch.BATCH_NAMESPACE))[0]
+    await cluster.bind_pod(pod.namespace, pod.name, "sim-node-000", pod.uid)
+    driver.sync_started(clock["ms"])
+    started = (await cluster.get_pod(pod.namespace, pod.name)).start_ms
+    for held in held_per_minute_ms:
+        driver.ran(pod.key, 1000 * 60_000, held)
+    duration_ms = int(pod.annotations[batch.DURATION_ANNOTATION]) * 1000
+    due = started + duration_ms + sum(held_per_minute_ms)
+    # a tick just before the (lengthened) end: still running; the tick at or after it: completed
+    ends = [started + duration_ms + k * 60_000 for k in range(4)]
+    for t in ends:
+        clock["ms"] = t
+        await driver.step(t)
+        life = driver.lives(t)[pod.key]
+        assert life.outcome == (COMPLETED if t >= due else RUNNING), (t - started, due - started)
+    assert driver.lives(clock["ms"])[pod.key].ended_ms == ends[minutes_late]
+    assert driver.lives(clock["ms"])[pod.key].held_ms == sum(held_per_minute_ms)
+
+
 async def test_the_framework_holds_pods_beyond_its_pending_limit_first_in_first_out():
     spec = SimSpec(nodes=2, online_pods_per_node=0, node_cpu_cores=64, batch_pod_cpu_milli=4000, batch_load=1.0,
                    batch_max_pending=3, start_ms=START, speed=0, trace_set="sample", seed=1)

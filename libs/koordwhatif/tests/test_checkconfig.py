@@ -78,11 +78,11 @@ def test_several_conflicts_are_all_reported():
     "knob, value, expected",
     [
         ("colocation.metricReportIntervalSeconds", 30,
-         "accepted without effect: colocation-config.metricReportIntervalSeconds 30 is not supported: the node "
-         "agent's metric collection is set by KOORD_AGENT_NODEMETRIC_INTERVAL_S, default 60."),
+         ("accepted without effect: colocation-config.metricReportIntervalSeconds 30 is not supported: the node "
+         "agent's metric collection is set by KOORD_AGENT_NODEMETRIC_INTERVAL_S, default 60.")),
         ("colocation.metricAggregateDurationSeconds", 600,
-         "accepted without effect: colocation-config.metricAggregateDurationSeconds 600 is not supported: the node "
-         "agent's metric collection is set by KOORD_AGENT_AGGREGATE_WINDOW_S, default 300."),
+         ("accepted without effect: colocation-config.metricAggregateDurationSeconds 600 is not supported: the node "
+         "agent's metric collection is set by KOORD_AGENT_AGGREGATE_WINDOW_S, default 300.")),
     ],
 )
 def test_a_setting_the_slo_controller_accepts_without_effect_is_a_warning(knob, value, expected):

@@ -76,11 +76,11 @@ def test_a_value_the_service_refuses_is_refused():
     "spec, message",
     [
         (["cpuCalculatePolicy=bogus"],
-         'cpuCalculatePolicy=bogus: slo-controller-config rejected: colocation-config: cpuCalculatePolicy must be one '
-         'of usage, request, maxUsageRequest, predict, got "bogus"'),
+         ('cpuCalculatePolicy=bogus: slo-controller-config rejected: colocation-config: cpuCalculatePolicy must be one '
+         'of usage, request, maxUsageRequest, predict, got "bogus"')),
         (["threshold.cpuSuppressPolicy=quota"],
-         "cpuSuppressPolicy=quota: slo-controller-config rejected: resource-threshold-config.clusterStrategy."
-         'cpuSuppressPolicy: must be one of cpuset, cfsQuota, got "quota"'),
+         ("cpuSuppressPolicy=quota: slo-controller-config rejected: resource-threshold-config.clusterStrategy."
+         'cpuSuppressPolicy: must be one of cpuset, cfsQuota, got "quota"')),
     ],
 )
 def test_a_configmap_the_slo_controller_refuses_is_refused_before_any_replay(spec, message):

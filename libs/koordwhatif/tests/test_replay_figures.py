@@ -31,11 +31,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import numpy as np
 import pytest
 from koordcommon.clusterhistory import COLUMNS, NODE_USAGE, NODES, POD_USAGE, csv_text
 from koordwhatif import scenario
 from koordwhatif.config import ConfigError, WhatIfConfig, with_knob
 from koordwhatif.engine import Replay, replay
+from koordwhatif.observation import NodeTick, ledger_row
 
 GIB = 1 << 30
 MIN = 60_000
@@ -205,3 +207,22 @@ def test_the_descheduler_s_detectors_outlive_its_round_as_in_the_service(tmp_pat
     r = Replay(spec, WhatIfConfig(descheduler_interval_s=interval_s), duration_s=60)
     asyncio.run(r.run())
     assert r.descheduler.args.detectorCacheTimeoutSeconds == timeout_s
+
+
+@pytest.mark.parametrize("asked, granted, tick_s, held_ms", [
+    (2000.0, 2000.0, 60, 0.0),  # granted all it asked: no run time lost
+    (2000.0, 1000.0, 60, 30_000.0),  # half: half the minute
+    (2000.0, 500.0, 60, 45_000.0),
+    (2000.0, 0.0, 60, 60_000.0),  # nothing: the whole minute
+    (2000.0, 1000.0, 10, 5_000.0),  # a 10-s tick
+    (0.0, 0.0, 60, 0.0),  # asked for nothing: nothing withheld
+    (1000.0, 1200.0, 60, 0.0),  # ran more than it asked (a burst): no time lost, none gained
+])
+def test_the_run_time_cpu_suppress_withholds_from_a_batch_pod(asked, granted, tick_s, held_ms):
+    told = []
+    tick = NodeTick(allocatable={}, node_cpu=granted + 3000.0, pods={"uid-b": (granted, 1.0), "uid-o": (3000.0, 1.0)},
+                    asked={"uid-b": asked, "uid-o": 3000.0})
+    row = ledger_row([tick], {"uid-b": "batch/b"}, np.array([65.0]), lambda *a: told.append(a), tick_s)
+    # only the batch pod is told, with the CPU it ran and the run time it was denied
+    assert told == [("batch/b", granted * tick_s * 1000, held_ms)]
+    assert row["batch_cpu_asked"].tolist() == [asked] and row["online_cpu"].tolist() == [3000.0]

@@ -50,8 +50,8 @@ BASE = run("no colocation", 0, 100, baseline=True)
     ([run("a", 25, 130), run("b", 30, 140)], "b", "no baseline to compare risk with"),
     # settings that fight each other are set aside, however well they replayed
     ([BASE, run("a", 25, 100, knobs=FIGHT), run("b", 20, 100)], "b",
-     "1 of 1 configurations offering batch whose online risk is no worse than without colocation (100 node-minutes "
-     "above 65 % CPU, 0 / 0 over CPU / memory capacity); 1 more offering batch were set aside"),
+     ("1 of 1 configurations offering batch whose online risk is no worse than without colocation (100 node-minutes "
+     "above 65 % CPU, 0 / 0 over CPU / memory capacity); 1 more offering batch were set aside")),
     ([BASE, run("a", 25, 100, knobs=FIGHT)], None, "every configuration offering batch has settings that fight"),
 ])  # fmt: skip
 def test_recommendation(runs, expected, why):

@@ -168,8 +168,9 @@ def _pod(spec: SimSpec, name: str, cpu: int, mem: int, duration_s: int, at_ms: i
     )
 
 
-def finished(pod: PodRecord, now_ms: int) -> bool:
-    """A running stream pod whose trace duration has elapsed."""
+def finished(pod: PodRecord, now_ms: float) -> bool:
+    """A running stream pod whose trace duration has elapsed (a caller that knows how long CPU
+    suppress held the pod back passes `now_ms` less that time)."""
     if pod.phase != "Running" or pod.start_ms is None:
         return False
     try:
@@ -206,6 +207,9 @@ def assumptions(spec: SimSpec) -> list[str]:
         f"per core; at least {MIN_MEMORY >> 20} MiB)",
         (f"batch usage: {spec.batch_utilisation:.0%} of the request, +/- 10 % noise per pod and minute (seeded), "
         "memory 55-65 % of the request"),
+        ("a task's traced duration is its run time at the CPU it asks for: a minute in which CPU suppress grants a "
+         "pod a share s of what it asked advances it by s of a minute, so a throttled pod runs longer than traced "
+         "(and asks for CPU, and holds its batch request, all the while)"),
         "an evicted batch pod is submitted again and runs its whole duration anew",
     ] + ([(f"the batch framework keeps at most {spec.batch_max_pending} pods pending in the cluster and holds the rest "
            "in its own queue, first in first out; queueing delay counts from when a pod entered that queue")]

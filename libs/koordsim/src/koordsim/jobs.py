@@ -2,7 +2,10 @@
 
 What a Job controller and the batch framework behind it do to the cluster's batch pods:
 * submit each arrival of the Alibaba 2017 batch stream (`batch.batch_arrivals`) as a pending pod;
-* finish a pod when it has run for its traced duration (Succeeded, then deleted);
+* finish a pod when it has run for its traced duration, lengthened by the time CPU suppress
+  held it back (Succeeded, then deleted): a task's traced duration is its run time at the CPU
+  it asks for, so a minute in which it was granted a share s of what it asked advances it by
+  s of a minute (`ran`);
 * submit a pod again when it vanished without finishing (evicted by CPU suppress's
   satisfaction eviction, memory eviction or the descheduler): a new pod of the same job, with
   the whole duration to run again (the work of the evicted attempt is lost).
@@ -42,6 +45,7 @@ class PodLife:
     ended_ms: int | None = None
     outcome: str = PENDING
     cpu_ms: float = 0.0  # milli-core milliseconds it ran
+    held_ms: float = 0.0  # run time lost to CPU suppress: it ends that much after its traced duration
 
 
 class BatchDriver:
@@ -67,7 +71,7 @@ class BatchDriver:
             if pod is None:  # gone without us finishing it: evicted
                 self._end(key, EVICTED, now_ms)
                 await self._resubmit(key, life, now_ms)
-            elif batch.finished(pod, now_ms):
+            elif batch.finished(pod, now_ms - life.held_ms):
                 self._end(key, COMPLETED, now_ms)
                 with contextlib.suppress(MutationError):
                     await self.cluster.set_pod_phase(pod.namespace, pod.name, "Succeeded")
@@ -141,10 +145,13 @@ class BatchDriver:
         pods = self.cluster.state.pods
         return {p.uid: key for key in self._lives if key not in self._waiting and (p := pods.get(key)) is not None}
 
-    def ran(self, key: str, cpu_ms: float) -> None:
+    def ran(self, key: str, cpu_ms: float, held_ms: float = 0.0) -> None:
+        """A running pod ran `cpu_ms` milli-core ms in a tick, of which CPU suppress withheld
+        `held_ms` of run time (the tick's length x the share of what it asked that it was denied)."""
         life = self._lives.get(key)
         if life is not None:
             life.cpu_ms += cpu_ms
+            life.held_ms += held_ms
 
     def lives(self, now_ms: int) -> dict[str, PodLife]:
         """Every attempt so far, those still in the cluster as running or pending."""

@@ -115,6 +115,8 @@ class Ledger:
             "batch_cpu_used_pct": _f((batch_c / cap_c * 100).mean()) if ticks else math.nan,
             "batch_cpu_hours_used": _f(batch_c.sum() / 1000 * self.tick_s / 3600),
             "batch_cpu_hours_completed": _f(sum(p.cpu_ms for p in done) / 1000 / 3_600_000),
+            # run time CPU suppress withheld from batch pods: they ended (or will end) that much later
+            "batch_pod_hours_held": _f(sum(p.held_ms for p in lives) / 3_600_000),
             "batch_pods": {
                 "submitted": len({p.key.split("#")[0] for p in lives}),
                 "completed": len(done),

@@ -30,9 +30,11 @@ class NodeTick:
 
 
 def ledger_row(ticks: Sequence[NodeTick], batch_uids: Mapping[str, str], suppress_pct: np.ndarray,
-               ran: Callable[[str, float], None] | None = None, tick_s: int = 60) -> dict[str, np.ndarray]:
-    """The ledger's series for one tick (node order as given). `ran(pod key, cpu ms)` is told the
-    CPU each batch pod ran this tick (the batch driver's account of the work done)."""
+               ran: Callable[[str, float, float], None] | None = None, tick_s: int = 60) -> dict[str, np.ndarray]:
+    """The ledger's series for one tick (node order as given). `ran(pod key, cpu ms, held ms)` is
+    told the CPU each batch pod ran this tick and the run time CPU suppress withheld from it: the
+    tick's length x the share of what it asked that it was not granted (the batch driver's account
+    of the work done, and of how much later the pod ends)."""
     n = len(ticks)
     v = {s: np.zeros(n) for s in Ledger.SERIES}
     v["suppress_pct"] = suppress_pct
@@ -55,9 +57,11 @@ def ledger_row(ticks: Sequence[NodeTick], batch_uids: Mapping[str, str], suppres
             else:
                 v["batch_cpu"][i] += cpu
                 v["batch_mem"][i] += mem
-                v["batch_cpu_asked"][i] += t.asked.get(uid, cpu)
+                asked = t.asked.get(uid, cpu)
+                v["batch_cpu_asked"][i] += asked
                 if ran is not None:
-                    ran(key, cpu * tick_s * 1000)
+                    held = tick_s * 1000 * (asked - cpu) / asked if asked > cpu else 0.0
+                    ran(key, cpu * tick_s * 1000, held)
         # what the node ran besides its pods (system) counts with the online load
         v["online_cpu"][i] += max(t.node_cpu - pods_cpu, 0.0)
         if t.node_mem is not None:

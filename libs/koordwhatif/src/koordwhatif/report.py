@@ -31,7 +31,7 @@ COLUMNS = (
     ("held back by", "held_back"),
     (f"node-min over {RISK_THRESHOLD_PCT:g} % CPU (excess)", "over_thr"),
     ("over capacity node-min (cpu / mem)", "over_cap"),
-    ("BE CPU-s suppressed", "suppressed"),
+    ("BE CPU-s suppressed (pod-h held)", "suppressed"),
     ("evictions (qos / desched)", "evictions"),
     ("loops", "loops"),
     ("CPU util % mean / p95 / std", "util"),
@@ -75,7 +75,7 @@ def row(run: ConfigRun) -> dict[str, str]:
             "done": _num(s["batch_cpu_hours_completed"], 0),
             "delay": f"{_duration(s['queueing_delay_s']['p50'])} / {_duration(s['queueing_delay_s']['p95'])}",
             "held_back": _held_back(s.get("held_back_by") or {}),
-            "suppressed": _num(s["be_cpu_seconds_suppressed"], 0),
+            "suppressed": f"{_num(s['be_cpu_seconds_suppressed'], 0)} ({_num(s.get('batch_pod_hours_held', math.nan), 0)})",
             "evictions": f"{qos} / {ev.get('descheduler', 0)}",
             "loops": str(run.loops),
         }
@@ -220,8 +220,8 @@ def fights_section(runs: Sequence[dict[str, Any]]) -> list[str]:
     if not any(found for _, found in named):
         return []
     common = set.intersection(*(set(found) for _, found in named)) if len(named) > 1 else set()
-    lines = ["Settings that fight each other (`koordctl check-config` gives the reason and the fix; a "
-             "configuration with an error is not recommended):", ""]
+    lines = [("Settings that fight each other (`koordctl check-config` gives the reason and the fix; a "
+             "configuration with an error is not recommended):"), ""]
     if common:
         lines.append("- every configuration: " + "; ".join(f"{lvl} {what}" for lvl, what in sorted(common)))
     for name, found in named:
