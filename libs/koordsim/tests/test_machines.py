@@ -107,17 +107,23 @@ def test_batch_load_thins_the_stream_to_the_demand_asked():
     assert any("every" in a and "asked: 5%" in a for a in batch.assumptions(spec))
 
 
-async def test_the_driver_submits_finishes_and_resubmits_what_was_evicted():
-    spec = SimSpec(nodes=2, online_pods_per_node=0, node_cpu_cores=64, batch_pod_cpu_milli=4000, batch_load=0.3,
-                   start_ms=START, speed=0, trace_set="sample", seed=1)
-    clock = {"ms": START}
+async def driven_an_hour(spec: SimSpec) -> tuple[dict, SimCluster, BatchDriver]:
+    """A cluster on a clock the test moves, and a batch driver that has stepped its first hour."""
     from koordsim.spec import SimClock
 
+    clock = {"ms": START}
     cluster = SimCluster(spec, clock=SimClock(START, 1.0, START, wall=lambda: clock["ms"] / 1000))
     await cluster.start()
     driver = BatchDriver(cluster, spec)
     clock["ms"] = START + 3_600_000
     await driver.step(clock["ms"])
+    return clock, cluster, driver
+
+
+async def test_the_driver_submits_finishes_and_resubmits_what_was_evicted():
+    spec = SimSpec(nodes=2, online_pods_per_node=0, node_cpu_cores=64, batch_pod_cpu_milli=4000, batch_load=0.3,
+                   start_ms=START, speed=0, trace_set="sample", seed=1)
+    clock, cluster, driver = await driven_an_hour(spec)
     pending = [p for p in await cluster.list_pods(namespace=batch.BATCH_NAMESPACE)]
     assert pending and all(p.node_name is None for p in pending)
     first, second = pending[0], pending[1]
@@ -152,14 +158,7 @@ async def test_the_driver_submits_finishes_and_resubmits_what_was_evicted():
 async def test_a_pod_held_back_by_cpu_suppress_ends_that_much_later(held_per_minute_ms, minutes_late):
     spec = SimSpec(nodes=2, online_pods_per_node=0, node_cpu_cores=64, batch_pod_cpu_milli=4000, batch_load=0.3,
                    start_ms=START, speed=0, trace_set="sample", seed=1)
-    from koordsim.spec import SimClock
-
-    clock = {"ms": START}
-    cluster = SimCluster(spec, clock=SimClock(START, 1.0, START, wall=lambda: clock["ms"] / 1000))
-    await cluster.start()
-    driver = BatchDriver(cluster, spec)
-    clock["ms"] = START + 3_600_000
-    await driver.step(clock["ms"])
+    clock, cluster, driver = await driven_an_hour(spec)
     pod = (await cluster.list_pods(namespace=batch.BATCH_NAMESPACE))[0]
     await cluster.bind_pod(pod.namespace, pod.name, "sim-node-000", pod.uid)
     driver.sync_started(clock["ms"])
@@ -182,14 +181,7 @@ async def test_a_pod_held_back_by_cpu_suppress_ends_that_much_later(held_per_min
 async def test_the_framework_holds_pods_beyond_its_pending_limit_first_in_first_out():
     spec = SimSpec(nodes=2, online_pods_per_node=0, node_cpu_cores=64, batch_pod_cpu_milli=4000, batch_load=1.0,
                    batch_max_pending=3, start_ms=START, speed=0, trace_set="sample", seed=1)
-    from koordsim.spec import SimClock
-
-    clock = {"ms": START}
-    cluster = SimCluster(spec, clock=SimClock(START, 1.0, START, wall=lambda: clock["ms"] / 1000))
-    await cluster.start()
-    driver = BatchDriver(cluster, spec)
-    clock["ms"] = START + 3_600_000
-    await driver.step(clock["ms"])
+    clock, cluster, driver = await driven_an_hour(spec)
     arrived = batch.batch_arrivals(spec.resolved(wall_ms=START), START, clock["ms"])
     pending = await cluster.list_pods(namespace=batch.BATCH_NAMESPACE)
     # three in the cluster, the first three to arrive; the rest held, yet counted as pending work
