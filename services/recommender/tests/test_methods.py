@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from array import array
+from dataclasses import replace
 
 import pytest
 from recommender.core.aggregate import AggregateState
@@ -128,6 +129,49 @@ def test_window_memory_takes_one_peak_per_window():
     assert m.value(st, T0 + 600) == pytest.approx((END_1, END_1), rel=1e-12)
 
 
+NO_DECAY = 1e15  # a half-life no reading comes near (2^(-300 s / it) is 1 within 1e-12)
+
+
+@pytest.mark.parametrize(("peaks", "half_life_s", "headroom", "expected"), [
+    # window peaks 1, 3, 2 (rises +2, -1): S_max over 2 windows is 3, plus 1 x the rise of 2
+    ([1.0, 3.0, 2.0], NO_DECAY, 1.0, 3.0 + 2.0),
+    ([1.0, 3.0, 2.0], NO_DECAY, 0.5, 3.0 + 1.0),
+    ([1.0, 3.0, 2.0], NO_DECAY, 0.0, 3.0),  # off: S_max alone
+    # steps of +1 then +0.5: the largest (1) counts, not the last
+    ([1.0, 2.0, 2.5], NO_DECAY, 1.0, 2.5 + 1.0),
+    # falling only: no rise, no headroom
+    ([3.0, 2.0, 1.0], NO_DECAY, 1.0, 2.0),
+    # the rise of 2 closed with window 2 (T0 + 600), read when window 3 closes (T0 + 900):
+    # 300 s of a 300-s half-life later, it counts as 1
+    ([1.0, 3.0, 2.0], 300.0, 1.0, 3.0 + 1.0),
+    # a later, smaller rise replaces a decayed larger one once it is the larger: +2 at T0 + 600
+    # (1.0 by T0 + 900) is beaten by the +1.5 closing at T0 + 1200 (2 by then is 0.5)
+    ([1.0, 3.0, 1.5, 3.0], 300.0, 1.0, 3.0 + 1.5),
+])
+def test_window_rise_headroom_adds_the_largest_rise_between_window_peaks(peaks, half_life_s, headroom, expected):
+    m = window_model(statistic="max", max_windows=2, peaks_only=True, fall_half_life_s=0, half_life_s=half_life_s,
+                     rise_headroom=headroom)
+    st = m.new_state()
+    for i, v in enumerate(peaks):  # one sample per window: its peak
+        m.add(st, T0 + 300 * i, v)
+    limit, _ = m.value(st, T0 + 300 * len(peaks))  # read as the last window closes
+    assert limit == pytest.approx(expected, rel=1e-12)
+
+
+def test_window_rise_headroom_survives_a_checkpoint_and_reads_one_written_without_it():
+    m = window_model(statistic="max", max_windows=12, peaks_only=True, rise_headroom=1.0, half_life_s=NO_DECAY)
+    st = m.new_state()
+    for i, v in enumerate((1.0, 4.0, 4.5, 4.0)):
+        m.add(st, T0 + 300 * i, v)
+    saved = m.save(st)
+    again, used = m.load(saved)
+    assert used == len(saved) and m.value(again, T0 + 1200) == m.value(st, T0 + 1200)
+    assert m.value(st, T0 + 1200) == pytest.approx((4.5 + 3.0, 4.5 + 3.0), rel=1e-12)  # peak 4.5, rise 1 -> 4
+    # a checkpoint from before the rise headroom (no trailing rise fields): no rise known yet
+    old, used = m.load(saved[: -MovingWindow._RISE.size])
+    assert used == len(saved) - MovingWindow._RISE.size and m.value(old, T0 + 1200) == (4.5, 4.5)  # S_max alone
+
+
 # --------------------------------------------------------------------------- ML ensemble
 
 
@@ -197,7 +241,11 @@ def test_vpa_method_is_the_estimator_target():
     assert rec.request.memory_bytes == target.memory_bytes
 
 
-@pytest.mark.parametrize("method", [VPA(), AutopilotWindow(), AutopilotML()], ids=lambda m: m.name)
+RISE = WindowSettings(statistic="max", max_windows=12, margin=0.05, rise_headroom=1.0)
+
+
+@pytest.mark.parametrize("method", [VPA(), AutopilotWindow(), AutopilotWindow(RISE, replace(RISE, peaks_only=True)),
+                                    AutopilotML()], ids=["vpa", "autopilot-window", "autopilot-window-rise", "autopilot-ml"])
 def test_a_reloaded_state_recommends_the_same(method):
     st = method.new_state()
     for i in range(2000):

@@ -16,6 +16,13 @@ takes effect at most as fast as halving every `fall_half_life_s` (0: at once). R
 limit are the same value, as Autopilot sets limits that are also what the job reserves.
 Defaults follow the paper's serving-job choices: CPU p95 with a 12 h half-life, memory p98
 with a 48 h half-life.
+
+`rise_headroom` (off by default) adds to the limit that many times the largest rise seen
+between one window's peak and the next, decaying with `half_life_s`: a workload whose memory
+climbs in steps (a serving pod filling its cache) gets room for one more step of the size it
+has taken, where a relative margin gives a flat pod too much and a steep one too little. On the
+GenAI pods it is what takes a short S_max window to a lower slack than any other setting at
+VPA's over-rate (services/recommender/README.md).
 """
 
 from __future__ import annotations
@@ -46,14 +53,17 @@ class WindowSettings:
     load_adjusted: bool = True
     peaks_only: bool = False  # True for memory: one value per window, its peak
     window_s: float = WINDOW_S
+    rise_headroom: float = 0.0  # x the largest rise between consecutive window peaks (decayed)
 
     def __post_init__(self) -> None:
         if self.statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, not {self.statistic!r}")
         if not 0 < self.percentile <= 1:
             raise ValueError("percentile must be in (0, 1]")
-        if self.half_life_s <= 0 or self.window_s <= 0 or self.fall_half_life_s < 0 or self.margin < 0:
-            raise ValueError("half-lives and the window must be positive, the margin and fall half-life not negative")
+        if (self.half_life_s <= 0 or self.window_s <= 0 or self.fall_half_life_s < 0 or self.margin < 0
+                or self.rise_headroom < 0):
+            raise ValueError("half-lives and the window must be positive; the margin, the rise headroom and the "
+                             "fall half-life not negative")
         if not 1 <= self.max_windows <= 4096:
             raise ValueError("max_windows must be in 1..4096")
 
@@ -63,7 +73,7 @@ MEMORY_DEFAULTS = WindowSettings(percentile=0.98, half_life_s=48 * 3600.0, peaks
 
 
 class WindowState:
-    __slots__ = ("hist", "limit", "limit_ts", "peaks", "window")
+    __slots__ = ("hist", "last_peak", "limit", "limit_ts", "peaks", "rise", "rise_ts", "window")
 
     def __init__(self, hist: DecayingHistogram) -> None:
         self.hist = hist
@@ -71,10 +81,17 @@ class WindowState:
         self.window = Window()
         self.limit = 0.0
         self.limit_ts = -math.inf
+        self.last_peak = math.nan  # the last closed window's peak (NaN: none yet)
+        self.rise = 0.0  # the largest rise between consecutive window peaks, as of rise_ts
+        self.rise_ts = 0.0
+
+    def rise_at(self, t: float, half_life_s: float) -> float:
+        return self.rise * 2.0 ** (-max(t - self.rise_ts, 0.0) / half_life_s) if self.rise > 0 else 0.0
 
 
 class MovingWindow(ResourceModel[WindowState]):
     _TAIL = struct.Struct("<ddH")  # limit, limit time (NaN: none), closed peaks kept
+    _RISE = struct.Struct("<ddd")  # after the peaks: last peak (NaN: none), rise, rise time
 
     def __init__(self, settings: WindowSettings, scheme: BucketScheme) -> None:
         self.s = settings
@@ -91,6 +108,10 @@ class MovingWindow(ResourceModel[WindowState]):
         if self.s.peaks_only:
             st.hist.add_sample(peak, 1.0, end)
         st.peaks.push(peak, self.s.max_windows)
+        rise = peak - st.last_peak  # NaN for the first window: no rise
+        if rise > st.rise_at(end, self.s.half_life_s):
+            st.rise, st.rise_ts = rise, end
+        st.last_peak = peak
 
     def add(self, st: WindowState, t: float, value: float) -> None:
         self._close(st, t)
@@ -117,6 +138,8 @@ class MovingWindow(ResourceModel[WindowState]):
     def value(self, st: WindowState, t: float) -> tuple[float, float]:
         self._close(st, t)
         raw = self.statistic(st) * (1 + self.s.margin)
+        if self.s.rise_headroom:
+            raw += self.s.rise_headroom * st.rise_at(t, self.s.half_life_s)
         limit = raw
         if raw < st.limit and self.s.fall_half_life_s > 0:
             # rise at once, fall slowly: the old limit decays towards the new value
@@ -128,7 +151,8 @@ class MovingWindow(ResourceModel[WindowState]):
     def save(self, st: WindowState) -> bytes:
         ts = math.nan if st.limit_ts == -math.inf else st.limit_ts
         peaks = st.peaks.expanded(self.s.max_windows)
-        return st.hist.save() + st.window.save() + self._TAIL.pack(st.limit, ts, len(peaks)) + peaks.tobytes()
+        return (st.hist.save() + st.window.save() + self._TAIL.pack(st.limit, ts, len(peaks)) + peaks.tobytes()
+                + self._RISE.pack(st.last_peak, st.rise, st.rise_ts))
 
     def load(self, data: bytes) -> tuple[WindowState, int]:
         hist, off = DecayingHistogram.load(data, self.scheme, self.s.half_life_s)
@@ -139,7 +163,11 @@ class MovingWindow(ResourceModel[WindowState]):
         st.limit, st.limit_ts = limit, (-math.inf if math.isnan(ts) else ts)
         # written with a longer max_windows setting: only the newest windows still count
         st.peaks = SlidingMax.of(array("d", data[off : off + 8 * n]), self.s.max_windows)
-        return st, off + 8 * n
+        off += 8 * n
+        if len(data) >= off + self._RISE.size:  # checkpoints written before the rise headroom end here
+            st.last_peak, st.rise, st.rise_ts = self._RISE.unpack_from(data, off)
+            off += self._RISE.size
+        return st, off
 
 
 class AutopilotWindow(PerResource):
