@@ -49,8 +49,8 @@ def _run(tmp_path, capsys, *extra: str) -> str:
     report = json.loads((tmp_path / "evaluation.json").read_text())
     rows = report["bitbrains"]["cpu"]["rows"]
     assert list(rows) == [
-        "provisioned", "fixed max", "hindsight peaks", "vpa", "autopilot-window", "autopilot-window-max", "autopilot-ml",
-        "oracle",
+        "provisioned", "fixed max", "hindsight peaks", "vpa", "autopilot-window", "autopilot-window-max",
+        "autopilot-window-rise", "autopilot-ml", "oracle",
     ]
     assert report["sample"] == ("--sample" in extra)
     return out

@@ -23,6 +23,8 @@ earlier samples. After a warm-up (1 day for Bitbrains, 1 h for GenAI) each inter
 - vpa, autopilot-window, autopilot-ml: the methods with their defaults;
 - autopilot-window-max: the moving window with Autopilot's S_max statistic (the peak of the
   last 24 h of 5-minute windows) plus a 20 % margin, swept over the margin;
+- autopilot-window-rise: S_max over the last hour plus 5 % and once the largest rise from one
+  window's peak to the next seen so far (decaying with the half-life), swept over that multiple;
 - oracle: per container the smallest fixed request with at most the target share of its scored
   intervals above it (`core/oracle.py`), at the over-rate VPA reaches.
 
@@ -31,7 +33,8 @@ over-rate = share of intervals with usage above the request, ratio to oracle = a
 over the oracle's slack at that method's own over-rate. For memory, OOM-like events count the
 times usage rose above the recommended limit (a run of intervals above it is one event), as
 Autopilot reports OOMs. Each method's main knob is swept (VPA's target percentile, the moving
-window's percentile, S_max's margin, the ensemble's underrun weight) and every point is scored the same way.
+window's percentile, S_max's margin, the rise headroom, the ensemble's underrun weight) and
+every point is scored the same way.
 
 Output in --out: a table on stdout and in summary.txt, evaluation.json (every row and sweep
 point), per-container CSV files, one PNG per dataset with every method's slack-vs-over curve
@@ -63,9 +66,12 @@ from .core.oracle import oracle_requests
 GIB = 1024**3
 BASELINES = ("provisioned", "fixed max", "hindsight peaks")
 # autopilot-window-max: the moving window with Autopilot's S_max statistic over the last 24 h
-# (288 windows) plus a margin, the same method under other settings (KOORD_RECOMMENDER_WINDOW_*)
-METHOD_NAMES = ("vpa", "autopilot-window", "autopilot-window-max", "autopilot-ml")
+# (288 windows) plus a margin; autopilot-window-rise: S_max over the last hour (12 windows) plus
+# 5 % and a headroom of the largest rise between window peaks seen (x the knob). Both are the
+# same method under other settings (KOORD_RECOMMENDER_WINDOW_*).
+METHOD_NAMES = ("vpa", "autopilot-window", "autopilot-window-max", "autopilot-window-rise", "autopilot-ml")
 MAX_WINDOWS_24H = 288
+RISE_WINDOWS, RISE_MARGIN = 12, 0.05
 RESOURCES = ("cpu", "memory")
 FIXED_MARGIN = 0.15
 
@@ -74,6 +80,7 @@ KNOBS: dict[str, tuple[str, tuple[float, ...], dict[str, float]]] = {
     "vpa": ("target percentile", (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), {"cpu": 0.9, "memory": 0.9}),
     "autopilot-window": ("percentile j", (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99), {"cpu": 0.95, "memory": 0.98}),
     "autopilot-window-max": ("margin", (0.0, 0.05, 0.1, 0.2, 0.3), {"cpu": 0.2, "memory": 0.2}),
+    "autopilot-window-rise": ("rise headroom", (0.0, 0.5, 0.75, 1.0, 1.5, 2.0), {"cpu": 1.0, "memory": 1.0}),
     "autopilot-ml": ("underrun weight w_u", (0.01, 0.02, 0.03, 0.05, 0.07, 0.1), {"cpu": 0.07, "memory": 0.03}),
 }
 
@@ -87,6 +94,9 @@ def make_method(method: str, knob: float, sample_interval_s: float) -> Recommend
         return AutopilotWindow(replace(mw.CPU_DEFAULTS, percentile=knob), replace(mw.MEMORY_DEFAULTS, percentile=knob))
     if method == "autopilot-window-max":
         return AutopilotWindow(*(replace(d, statistic="max", max_windows=MAX_WINDOWS_24H, margin=knob)
+                                 for d in (mw.CPU_DEFAULTS, mw.MEMORY_DEFAULTS)))
+    if method == "autopilot-window-rise":
+        return AutopilotWindow(*(replace(d, statistic="max", max_windows=RISE_WINDOWS, margin=RISE_MARGIN, rise_headroom=knob)
                                  for d in (mw.CPU_DEFAULTS, mw.MEMORY_DEFAULTS)))
     if method == "autopilot-ml":
         return AutopilotML(replace(ml.CPU_DEFAULTS, w_under=knob), replace(ml.MEMORY_DEFAULTS, w_under=knob))
@@ -411,7 +421,8 @@ def write_csv(path: Path, results: list[Result], policies: list[str]) -> None:
 
 
 COLORS = {"provisioned": "#999999", "fixed max": "#e6a23c", "hindsight peaks": "#8c564b", "vpa": "#2f7ed8",
-          "autopilot-window": "#2ca02c", "autopilot-window-max": "#17becf", "autopilot-ml": "#d62728", "oracle": "black"}
+          "autopilot-window": "#2ca02c", "autopilot-window-max": "#17becf",
+          "autopilot-window-rise": "#9467bd", "autopilot-ml": "#d62728", "oracle": "black"}
 
 
 def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str:
@@ -443,7 +454,9 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
         ax.set_title(f"{title} {res}: slack vs over-rate")
         ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=5)
+    ncol = 3 if len(panels) + extra == 1 else 5  # one panel is narrow: fewer, longer legend rows
+    rows = math.ceil(len(labels) / ncol)
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=ncol)
     if extra:
         ax = axes[0][-1]
         tr = example.trace
@@ -460,7 +473,7 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
         ax.set_title(f"{example.name}: CPU cores and each method's request")
         ax.set_xlabel("day")
         ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.tight_layout(rect=(0, 0.035 * rows + 0.02, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return f"plot: {path}"
