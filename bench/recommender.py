@@ -165,14 +165,12 @@ def state_size(containers: int, breakdown: int = 0) -> dict[str, object]:
 
 
 def methods() -> dict[str, object]:
-    """Every method with its defaults, and the moving window with the memory settings the
-    evaluation names: S_max (the peak of the last 24 h of 5-minute windows + 20 %) and the rise
-    headroom (the peak of the last hour + 5 % + the largest rise between window peaks)."""
+    """Every method with its defaults (the moving window's preset among them), and the moving
+    window with the S_max memory setting the evaluation names (the peak of the last 24 h of
+    5-minute windows + 20 %)."""
     out = {name: cls() for name, cls in METHODS.items()}
     smax = replace(mw.MEMORY_DEFAULTS, statistic="max", max_windows=288, margin=0.2)
     out["autopilot-window, memory S_max 24 h"] = AutopilotWindow(mw.CPU_DEFAULTS, smax)
-    rise = replace(mw.MEMORY_DEFAULTS, statistic="max", max_windows=12, margin=0.05, rise_headroom=1.0)
-    out["autopilot-window, memory rise headroom"] = AutopilotWindow(mw.CPU_DEFAULTS, rise)
     return out
 
 

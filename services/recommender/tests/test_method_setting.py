@@ -75,8 +75,19 @@ def test_a_method_state_survives_the_checkpoint():
 
 
 def test_the_setting_names_the_methods():
+    from recommender.main import build_state
+
     assert Settings().method == "vpa"
     assert Settings(method="autopilot-ml").method == "autopilot-ml"
+    # the window's presets are methods of their own: a workload (or the cluster) names one
+    state = build_state(Settings(method="autopilot-window-rise", window_memory={"percentile": 0.9}))
+    assert set(state.methods) == {"autopilot-window", "autopilot-window-rise", "autopilot-ml"}
+    rise = state.methods["autopilot-window-rise"].memory.s
+    assert (rise.statistic, rise.max_windows, rise.margin, rise.rise_headroom) == ("max", 12, 0.05, 1.0)
+    assert rise.percentile == 0.98  # the window settings tune autopilot-window, not the preset
+    assert state.methods["autopilot-window"].memory.s.percentile == 0.9
+    state.set_method(WL, "autopilot-window")
+    assert state.method_of(WL) == "autopilot-window"
     with pytest.raises(ValueError, match="autopilot-window"):
         Settings(method="autopilot")
 

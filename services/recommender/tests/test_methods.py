@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import random
 from array import array
-from dataclasses import replace
 
 import pytest
 from recommender.core.aggregate import AggregateState
 from recommender.core.estimator import EstimatorConfig, estimate
 from recommender.core.histogram import CPU_SCHEME
-from recommender.core.methods import VPA, AutopilotML, AutopilotWindow, Sample
+from recommender.core.methods import METHODS, VPA, AutopilotWindowRise, Sample
 from recommender.core.methods.autopilot_ml import EnsembleModel, MLSettings
 from recommender.core.methods.autopilot_window import MovingWindow, WindowSettings
 from recommender.core.methods.window import SlidingMax
@@ -172,6 +171,19 @@ def test_window_rise_headroom_survives_a_checkpoint_and_reads_one_written_withou
     assert used == len(saved) - MovingWindow._RISE.size and m.value(old, T0 + 1200) == (4.5, 4.5)  # S_max alone
 
 
+@pytest.mark.parametrize(("changes", "memory"), [
+    # the preset: S_max over 12 windows + 5 %, one rise of headroom; each resource keeps its half-life
+    ({}, {"statistic": "max", "max_windows": 12, "margin": 0.05, "rise_headroom": 1.0, "half_life_s": 48 * HOUR,
+          "peaks_only": True}),
+    ({"rise_headroom": 0.5}, {"rise_headroom": 0.5, "margin": 0.05}),  # the evaluation's knob
+])
+def test_the_rise_preset_is_the_window_under_its_settings(changes, memory):
+    m = AutopilotWindowRise(**changes)
+    assert {k: getattr(m.memory.s, k) for k in memory} == memory
+    assert m.cpu.s.half_life_s == 12 * HOUR and not m.cpu.s.peaks_only
+    assert m.cpu.s.rise_headroom == m.memory.s.rise_headroom
+
+
 # --------------------------------------------------------------------------- ML ensemble
 
 
@@ -241,11 +253,7 @@ def test_vpa_method_is_the_estimator_target():
     assert rec.request.memory_bytes == target.memory_bytes
 
 
-RISE = WindowSettings(statistic="max", max_windows=12, margin=0.05, rise_headroom=1.0)
-
-
-@pytest.mark.parametrize("method", [VPA(), AutopilotWindow(), AutopilotWindow(RISE, replace(RISE, peaks_only=True)),
-                                    AutopilotML()], ids=["vpa", "autopilot-window", "autopilot-window-rise", "autopilot-ml"])
+@pytest.mark.parametrize("method", [cls() for cls in METHODS.values()], ids=list(METHODS))
 def test_a_reloaded_state_recommends_the_same(method):
     st = method.new_state()
     for i in range(2000):

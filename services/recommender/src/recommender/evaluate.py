@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from .core.estimator import EstimatorConfig
-from .core.methods import VPA, AutopilotML, AutopilotWindow, Recommender, Sample
+from .core.methods import VPA, AutopilotML, AutopilotWindow, AutopilotWindowRise, Recommender, Sample
 from .core.methods import autopilot_ml as ml
 from .core.methods import autopilot_window as mw
 from .core.oracle import oracle_requests
@@ -66,12 +66,10 @@ from .core.oracle import oracle_requests
 GIB = 1024**3
 BASELINES = ("provisioned", "fixed max", "hindsight peaks")
 # autopilot-window-max: the moving window with Autopilot's S_max statistic over the last 24 h
-# (288 windows) plus a margin; autopilot-window-rise: S_max over the last hour (12 windows) plus
-# 5 % and a headroom of the largest rise between window peaks seen (x the knob). Both are the
-# same method under other settings (KOORD_RECOMMENDER_WINDOW_*).
+# (288 windows) plus a margin (KOORD_RECOMMENDER_WINDOW_*); autopilot-window-rise: the window's
+# preset of that name (methods/autopilot_window.py), swept over its rise headroom.
 METHOD_NAMES = ("vpa", "autopilot-window", "autopilot-window-max", "autopilot-window-rise", "autopilot-ml")
 MAX_WINDOWS_24H = 288
-RISE_WINDOWS, RISE_MARGIN = 12, 0.05
 RESOURCES = ("cpu", "memory")
 FIXED_MARGIN = 0.15
 
@@ -96,8 +94,7 @@ def make_method(method: str, knob: float, sample_interval_s: float) -> Recommend
         return AutopilotWindow(*(replace(d, statistic="max", max_windows=MAX_WINDOWS_24H, margin=knob)
                                  for d in (mw.CPU_DEFAULTS, mw.MEMORY_DEFAULTS)))
     if method == "autopilot-window-rise":
-        return AutopilotWindow(*(replace(d, statistic="max", max_windows=RISE_WINDOWS, margin=RISE_MARGIN, rise_headroom=knob)
-                                 for d in (mw.CPU_DEFAULTS, mw.MEMORY_DEFAULTS)))
+        return AutopilotWindowRise(rise_headroom=knob)
     if method == "autopilot-ml":
         return AutopilotML(replace(ml.CPU_DEFAULTS, w_under=knob), replace(ml.MEMORY_DEFAULTS, w_under=knob))
     raise ValueError(f"unknown method {method!r}")

@@ -43,7 +43,7 @@ class Settings(ServiceSettings):
     write_custom_objects: bool = True
     # The recommender method of every workload whose pods do not name one in the
     # analysis.koordinator.sh/recommender annotation (core/methods; README, evaluation).
-    method: Literal["vpa", "autopilot-window", "autopilot-ml"] = "vpa"
+    method: Literal["vpa", "autopilot-window", "autopilot-window-rise", "autopilot-ml"] = "vpa"
     # Each Autopilot method's knobs per resource, over its documented defaults (README): fields
     # of WindowSettings / MLSettings, e.g. {"percentile": 0.9, "half_life_s": 21600} or
     # {"w_under": 0.05, "half_lives_s": [1800, 7200]}. An unknown field is refused at start-up.

@@ -1,6 +1,7 @@
 """Recommender methods behind one interface (`base.Recommender`): VPA's, Autopilot's moving
-window and Autopilot's ML ensemble. `METHODS` names them as the settings and the workload
-annotation do."""
+window (with its defaults, and the preset the evaluation found best for memory that climbs in
+steps) and Autopilot's
+ML ensemble. `METHODS` names them as the settings and the workload annotation do."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from koordcommon.suggest import closest
 from . import autopilot_ml as ml
 from . import autopilot_window as mw
 from .autopilot_ml import AutopilotML
-from .autopilot_window import AutopilotWindow
+from .autopilot_window import AutopilotWindow, AutopilotWindowRise
 from .base import Amounts, Recommendation, Recommender, Sample
 from .vpa import VPA
 
-METHODS: dict[str, type[Recommender]] = {VPA.name: VPA, AutopilotWindow.name: AutopilotWindow, AutopilotML.name: AutopilotML}
+METHODS: dict[str, type[Recommender]] = {
+    m.name: m for m in (VPA, AutopilotWindow, AutopilotWindowRise, AutopilotML)
+}
 
 # Fields a deployment may not change: they follow from the resource (memory takes one peak per
 # window, CPU every sample) and from the 5-minute aggregation the methods are defined on.
@@ -49,12 +52,14 @@ def configured_methods(
     ml_memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Recommender]:
     """The non-VPA methods with each resource's settings over its documented defaults
-    (VPA's own knobs are the service's estimator settings)."""
+    (VPA's own knobs are the service's estimator settings; the window's preset is fixed, the
+    window settings tune `autopilot-window`)."""
     return {
         AutopilotWindow.name: AutopilotWindow(
             overridden(mw.CPU_DEFAULTS, window_cpu or {}, "window_cpu"),
             overridden(mw.MEMORY_DEFAULTS, window_memory or {}, "window_memory"),
         ),
+        AutopilotWindowRise.name: AutopilotWindowRise(),
         AutopilotML.name: AutopilotML(
             overridden(ml.CPU_DEFAULTS, ml_cpu or {}, "ml_cpu"),
             overridden(ml.MEMORY_DEFAULTS, ml_memory or {}, "ml_memory"),
@@ -63,6 +68,7 @@ def configured_methods(
 
 
 __all__ = [
-    "METHODS", "VPA", "Amounts", "AutopilotML", "AutopilotWindow", "Recommendation", "Recommender", "Sample",
+    "METHODS", "VPA", "Amounts", "AutopilotML", "AutopilotWindow", "AutopilotWindowRise",
+    "Recommendation", "Recommender", "Sample",
     "configured_methods", "overridden",
 ]  # fmt: skip

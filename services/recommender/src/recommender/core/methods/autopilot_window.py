@@ -30,7 +30,10 @@ from __future__ import annotations
 import math
 import struct
 from array import array
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import ClassVar
 
 import numpy as np
 
@@ -177,3 +180,18 @@ class AutopilotWindow(PerResource):
 
     def __init__(self, cpu: WindowSettings = CPU_DEFAULTS, memory: WindowSettings = MEMORY_DEFAULTS) -> None:
         super().__init__(MovingWindow(cpu, CPU_SCHEME), MovingWindow(memory, MEMORY_SCHEME))
+
+
+class AutopilotWindowRise(AutopilotWindow):
+    """The moving window under a preset, for both resources (each keeps its half-life): S_max
+    over the last hour (12 windows) plus 5 % and once the largest rise between window peaks
+    seen (`rise_headroom`). For memory that climbs in steps: the evaluation's
+    `autopilot-window-rise` (GenAI memory: 0.67 x VPA's slack at its over-rate)."""
+
+    name = "autopilot-window-rise"
+    PRESET: ClassVar[Mapping[str, object]] = MappingProxyType(
+        {"statistic": "max", "max_windows": 12, "margin": 0.05, "rise_headroom": 1.0})
+
+    def __init__(self, **changes) -> None:
+        knobs = {**self.PRESET, **changes}
+        super().__init__(replace(CPU_DEFAULTS, **knobs), replace(MEMORY_DEFAULTS, **knobs))
