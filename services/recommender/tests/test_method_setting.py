@@ -79,7 +79,7 @@ def test_the_setting_names_the_methods():
 
     assert Settings().method == "vpa"
     assert Settings(method="autopilot-ml").method == "autopilot-ml"
-    # the window's presets are methods of their own: a workload (or the cluster) names one
+    # the window's preset is a method of its own: a workload (or the cluster) names it
     state = build_state(Settings(method="autopilot-window-rise", window_memory={"percentile": 0.9}))
     assert set(state.methods) == {"autopilot-window", "autopilot-window-rise", "autopilot-ml"}
     rise = state.methods["autopilot-window-rise"].memory.s

@@ -1,7 +1,7 @@
 """Recommender methods behind one interface (`base.Recommender`): VPA's, Autopilot's moving
 window (with its defaults, and the preset the evaluation found best for memory that climbs in
-steps) and Autopilot's
-ML ensemble. `METHODS` names them as the settings and the workload annotation do."""
+steps) and Autopilot's ML ensemble. `METHODS` names them as the settings and the workload
+annotation do."""
 
 from __future__ import annotations
 
