@@ -186,6 +186,11 @@ def stack(tmp_path_factory, nats_url):
     from metrics_collector.core.rows import build_rows
     from metrics_collector.store import Store
 
+    # the history ends now, when it is written, not when the module was imported: a long suite
+    # would otherwise have moved the dashboard's window past its oldest rows
+    global NOW_MS
+    NOW_MS = int(time.time() * 1000) // 60_000 * 60_000
+
     tmp = tmp_path_factory.mktemp("dashboard")
     db_url = f"sqlite:///{tmp / 'collector.db'}"
     store = Store.open(db_url, tmp, migrate=True)
