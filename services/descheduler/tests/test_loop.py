@@ -10,6 +10,7 @@ from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, Migration
 from descheduler.loop import Descheduler
 from descheduler.reservation import KIND
 from koordsim.cluster import PDB_KIND, SimCluster, SimSpec
+from koordsim.reservations import ReservationScheduler
 
 HOT = "sim-node-000"
 RS = "crunch-7d9f6b8c5d"
@@ -89,6 +90,46 @@ async def test_reservation_first_reserves_evicts_and_the_replacement_consumes_it
     assert cpu_percent(c, HOT) < 75
     d.metrics = all_metrics(c)
     assert (await d.run_round()).plan.migrations == []
+
+
+async def test_a_replica_on_another_jobs_reservation_is_that_jobs_replacement():
+    """Two jobs of one ReplicaSet: any of the owner's reservations suits a replacement, so the
+    scheduler may put the first job's replica on the second job's node while the descheduler has
+    not yet seen that reservation placed. Each job still ends on its own reservation's node."""
+    c = await hot_cluster(schedule_reservations=False)
+    placer = ReservationScheduler(c)  # koord-scheduler's part, done here one reservation at a time
+    clock = Clock()
+    d = Descheduler(args(), c, None, clock=clock)
+    d.metrics = all_metrics(c)
+    assert set((await d.run_round()).outcomes.values()) == {mig.RESERVING}
+    first, second = list(d.jobs.values())
+
+    async def place(job: mig.Job) -> str:
+        obj = await c.get_custom(KIND, job.reservation)
+        placed = await placer.place(obj, c.now_ms())
+        await c.apply_custom(KIND, placed)
+        return placed["status"]["nodeName"]
+
+    first_node = await place(first)
+    await d.advance()
+    assert (first.phase, second.phase) == (mig.WAITING, mig.RESERVING)
+    second_node = await place(second)
+    assert second_node != first_node
+    # the first job's replica lands on the second job's reservation
+    replica = next(p for p in batch_pods(c) if p.phase == "Pending")
+    await c.bind_pod(replica.namespace, replica.name, second_node, replica.uid)
+    await d.advance()
+    assert first.phase == mig.WAITING  # not the first job's: it stays on the second's node
+    assert second.done and second.replacement == replica.key and second.reason.startswith("replacement")
+    # the second job's replica takes the first job's reservation
+    replica = next(p for p in batch_pods(c) if p.phase == "Pending")
+    await c.bind_pod(replica.namespace, replica.name, first_node, replica.uid)
+    await d.advance()
+    assert d.jobs == {} and [j.phase for j in d.finished] == [mig.SUCCEEDED, mig.SUCCEEDED]
+    assert first.replacement == replica.key
+    consumed = {r["status"]["nodeName"]: r["status"]["currentOwners"][0]["name"] for r in await c.list_custom(KIND)}
+    assert consumed == {first_node: first.replacement.split("/")[1], second_node: second.replacement.split("/")[1]}
+    assert {r["status"]["phase"] for r in await c.list_custom(KIND)} == {"Succeeded"}
 
 
 async def test_reservation_not_available_in_time_rolls_back_without_evicting():

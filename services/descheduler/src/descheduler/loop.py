@@ -263,7 +263,10 @@ class Descheduler:
 
     async def _advance(self, pods: list[PodRecord]) -> None:
         by_key = {p.key: p for p in pods}
-        for job in list(self.jobs.values()):
+        # Jobs that wait for a replacement go last: a replica the scheduler put on another job's
+        # reservation (any reservation of the owner suits it) is that job's, and that job must have
+        # seen its reservation placed, and evicted, before the waiting one looks for its replica.
+        for job in sorted(self.jobs.values(), key=lambda j: j.phase == mig.WAITING):
             await self._step(job, by_key.get(job.pod_key), pods)
 
     async def _observe(self, job: mig.Job, pods: list[PodRecord]) -> tuple[mig.Observation, dict | None, PodRecord | None]:
@@ -357,6 +360,11 @@ class Descheduler:
             await self.sleep(wait)
         owner = _controller_key(pod.namespace, pod.controller)
         siblings = frozenset(p.key for p in pods if _controller_key(p.namespace, p.controller) == owner)
+        for other in self.jobs.values():
+            # a replica that came after another waiting job of this controller was evicted is that
+            # job's replacement (or this one's, if it sits on this job's reservation), not a sibling
+            if other is not job and other.owner == owner and other.phase == mig.WAITING:
+                siblings &= other.siblings
         result = await self.cluster.evict_pod(pod.namespace, pod.name, reason=m.reason)
         outcome = result.outcome
         DECISIONS.labels(outcome.value).inc()
