@@ -88,3 +88,19 @@ def test_pods_by_node_builds_a_nodes_pods_when_asked_with_its_own_metric():
     assert [(p.name, p.usage) for p in by_node["n2"]] == [("b", Resources(100, GI))]  # not n1's stale entry
     assert list(by_node._built) == ["n2"]
     assert [(p.name, p.usage) for p in by_node["n1"]] == [("a", Resources(300, GI))]
+
+
+def test_facts_of_pods_that_left_are_not_kept_beyond_a_round():
+    """A descheduler running for weeks derives facts of every pod it sees: only those of pods
+    still there are kept (a round's and the one before it)."""
+    from dataclasses import replace
+
+    from descheduler import snapshot
+
+    node = NodeRecord(name="n1", allocatable={"cpu": 8000, "memory": 16 * GI})
+    owner = OwnerRef("StatefulSet", "db", uid="s1")
+    for r in range(50):  # every round two new pods replace the last round's
+        pods = [replace(record(f"p{r}-{i}", owner), resource_version=str(r)) for i in range(2)]
+        node_states([node], pods, {}, now_ms=0, expiration_s=180)
+        assert replicas_by_workload(pods) == {"shop/StatefulSet/db": 2}
+    assert len(snapshot._FACTS) == 4

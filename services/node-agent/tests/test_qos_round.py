@@ -133,3 +133,39 @@ async def test_simulated_cgroups_hold_best_effort_pods_to_what_the_round_grants(
     r2 = NodeRound(node=(1000.0, 0.0), pods={p.uid: (500.0, 0.0) for p in pods if p.namespace == "batch"})
     nq.enforce(state, r2)
     assert r2.node == (1000.0, 0.0) and all(c == 500.0 for c, _ in r2.pods.values())
+
+
+async def test_a_pod_gone_from_the_node_leaves_no_simulated_cgroup_nor_cached_plan_behind():
+    """A long-running sim agent sees thousands of pods come and go: the kubelet would remove a
+    gone pod's cgroups, and the plans kept for it go with it."""
+    from node_agent.qos.strategies import batch_resources
+
+    cluster = SimCluster(SimSpec(nodes=1, seed=3, speed=0, start_ms=T0, node_cpu_cores=16, online_pods_per_node=1))
+    await cluster.start()
+    await cluster.create_pod(be_pod("be-a", 5500, 2000))
+    await cluster.create_pod(be_pod("be-b", 5100, 3000))
+    node = await cluster.get_node(NODE)
+    nq = NodeQoS.simulated_node(NODE, node.capacity_resources(), T0, cluster=cluster)
+    nq.slo = slo()
+
+    async def round_with(pods: list[PodInfo], t_ms: int) -> None:
+        await nq.round(nq.state(t_ms, node.capacity_resources(), node.allocatable_resources(), pods, usage(pods)))
+
+    def dirs_of(name: str) -> set[str]:
+        pod_dir = nq.layout.pod_dir(by_name[name].uid, by_name[name].kube_qos)
+        return {rel for rel, _ in nq.files.values if rel.startswith(pod_dir)}
+
+    pods = [PodInfo.from_record(p) for p in await cluster.list_pods(node_name=NODE)]
+    by_name = {p.name: p for p in pods}
+    await round_with(pods, T0)
+    # the pod dir and its container's, each with cpu.shares, cpu.cfs_quota_us, memory.limit_in_bytes
+    assert len(dirs_of("be-a")) == 2 and len(dirs_of("be-b")) == 2
+    assert {uid for uid, _, _ in batch_resources._WRITES[NODE]} == {by_name["be-a"].uid, by_name["be-b"].uid}
+    b_dir = nq.layout.pod_dir(by_name["be-b"].uid, by_name["be-b"].kube_qos)
+    others = {k for k in nq.files.values if not k[0].startswith(b_dir)}
+    assert len(nq.files.values) - len(others) >= 6  # be-b's pod and container files
+
+    await round_with([p for p in pods if p.name != "be-b"], T0 + 1000)
+    assert dirs_of("be-b") == set() and len(dirs_of("be-a")) == 2
+    assert set(nq.files.values) == others  # nothing else forgotten, nothing of be-b's left
+    assert {uid for uid, _, _ in batch_resources._WRITES[NODE]} == {by_name["be-a"].uid}

@@ -9,6 +9,7 @@ from typing import Any
 from koordcommon.model import KubeQoS, PriorityClass, QoSClass, is_prod
 from koordcommon.records import NodeRecord, PodRecord
 from koordcommon.resources import Resources, sum_resources
+from koordcommon.roundcache import RoundCache
 from koordcommon.schemas import NodeMetric
 from koordcommon.workload import workload_of
 
@@ -31,8 +32,7 @@ class _Facts:
     requests: Resources
 
 
-_FACTS: dict[tuple[str, str], _Facts] = {}
-_FACTS_LIMIT = 200_000
+_FACTS: RoundCache[tuple[str, str], _Facts] = RoundCache()  # a round begins with node_states
 
 
 def facts(p: PodRecord) -> _Facts:
@@ -42,9 +42,7 @@ def facts(p: PodRecord) -> _Facts:
         cls = p.priority_class
         hit = _Facts(str(workload_of(p)), cls, is_prod(cls), p.computed_kube_qos(), p.qos, p.request_resources())
         if p.resource_version:
-            if len(_FACTS) >= _FACTS_LIMIT:
-                _FACTS.clear()
-            _FACTS[key] = hit
+            _FACTS.put(key, hit)
     return hit
 
 
@@ -67,6 +65,7 @@ def node_states(
     the active pods bound to the node (the prod ones for prod usage) against its allocatable
     `pods`, as Koordinator counts the pods assigned to a node.
     """
+    _FACTS.new_round()  # the facts of pods no round asked for since the last one go
     requested: dict[str, list[Resources]] = {}
     # node -> uid -> (pod key, prod): what the usage sums below read of each pod, derived once
     on_node: dict[str, dict[str, tuple[str, bool]]] = {}

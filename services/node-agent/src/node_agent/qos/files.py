@@ -171,6 +171,9 @@ class MemoryCgroupFiles:
         self.values[key] = new
         return old or "", new
 
-    def forget_under(self, rel_prefix: str) -> None:
-        for key in [k for k in self.values if k[0].startswith(rel_prefix)]:
+    def forget_under(self, *rel_prefixes: str) -> None:
+        """The kubelet removes a deleted pod's cgroup: its files (and its containers') go with it."""
+        if not rel_prefixes:
+            return
+        for key in [k for k in self.values if k[0].startswith(rel_prefixes)]:
             del self.values[key]

@@ -113,7 +113,10 @@ class NodeQoS:
                 ratio = r.extensions.get("cpu_throttled_ratio", {}).get(p.uid)
             states.append(PodState(p, dirs[0], dirs[1], _pair(r.pods.get(p.uid)), ratio, by_pod.get(p.uid, {})))
         if len(self._dirs) > len(live):
+            gone = [hit[1][0] for uid, hit in self._dirs.items() if uid not in live]
             self._dirs = {uid: hit for uid, hit in self._dirs.items() if uid in live}
+            if isinstance(self.files, MemoryCgroupFiles):  # on a real node the kubelet removes them
+                self.files.forget_under(*gone)
         if self._facts is None or self._facts[0] is not record:  # derived again when the node object changes
             self._facts = (record, node_facts(record))
         facts = self._facts[1]

@@ -33,29 +33,28 @@ def plan(state: QoSState, slo: NodeSLOSpec) -> list[CgroupWrite]:
     t = slo.resourceUsedThresholdWithBE
     quota_off = t.enable and t.cpuSuppressPolicy == "cfsQuota"
     out: list[CgroupWrite] = []
+    before = _WRITES.get(state.node, {})
+    kept: dict[tuple[str, str, bool], tuple[object, tuple, list[CgroupWrite]]] = {}
     for p in state.pods:
         if p.is_be:
-            out += _pod_writes(p, quota_off)
+            out += _pod_writes(p, quota_off, before, kept)
+    _WRITES[state.node] = kept  # a pod gone from the node leaves nothing behind
     return out
 
 
-# A pod's writes follow from its spec and dirs alone: kept while the pod is the same (its PodInfo,
-# derived again whenever the pod changes) and its dirs and the quota rule are too.
-_WRITES: dict[tuple[str, str, bool], tuple[object, tuple, list[CgroupWrite]]] = {}
-_WRITES_LIMIT = 100_000
+# A pod's writes follow from its spec and dirs alone: kept while the pod is on its node and the
+# same (its PodInfo, derived again whenever the pod changes), and its dirs and the quota rule are too.
+_WRITES: dict[str, dict[tuple[str, str, bool], tuple[object, tuple, list[CgroupWrite]]]] = {}  # node -> its last round's
 
 
-def _pod_writes(p, quota_off: bool) -> list[CgroupWrite]:
+def _pod_writes(p, quota_off: bool, before: dict, kept: dict) -> list[CgroupWrite]:
     key = (p.info.uid, p.rel, quota_off)
     dirs = tuple(p.containers.items())
-    hit = _WRITES.get(key)
-    if hit is not None and hit[0] is p.info and hit[1] == dirs:
-        return hit[2]
-    writes = _derive(p, quota_off)
-    if len(_WRITES) >= _WRITES_LIMIT:
-        _WRITES.clear()
-    _WRITES[key] = (p.info, dirs, writes)
-    return writes
+    hit = before.get(key)
+    if hit is None or hit[0] is not p.info or hit[1] != dirs:
+        hit = (p.info, dirs, _derive(p, quota_off))
+    kept[key] = hit
+    return hit[2]
 
 
 def _derive(p, quota_off: bool) -> list[CgroupWrite]:
