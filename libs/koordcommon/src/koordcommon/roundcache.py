@@ -15,7 +15,7 @@ V = TypeVar("V")
 
 
 class RoundCache(Generic[K, V]):
-    __slots__ = ("_now", "_before")
+    __slots__ = ("_before", "_now")
 
     def __init__(self) -> None:
         self._now: dict[K, V] = {}  # read or written this round
