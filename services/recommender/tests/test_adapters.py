@@ -101,6 +101,46 @@ async def test_recommendation_custom_objects_in_the_sim_cluster(metric_samples):
     assert st.changed() == []  # nothing moved since
 
 
+async def test_forgotten_workloads_are_withdrawn_from_the_bus_and_the_cluster(metric_samples, bus):
+    """A bare pod silent for an hour is gone (nothing carries its history on); a Deployment's
+    history waits for VPA's 8-day window. What is forgotten is withdrawn: an empty
+    recommendation on the bus (the extender drops the profile) and its object deleted."""
+    from koordcommon import schemas, subjects
+    from recommender.bus import publish
+    from recommender.runner import Recommender
+
+    cluster = SimCluster(SimSpec(nodes=1))
+    await cluster.start()
+    await bus.ensure_streams(subjects.RECOMMENDATION_STREAM)
+    st = await fed(metric_samples)
+    results = st.changed()
+    await publish(bus, results)
+    await clusterio.apply_objects(cluster, results)
+    runner = Recommender(st, None, bus=bus, cluster=cluster)
+    lone = WorkloadKey("dev", "Pod", "lone")
+    last = st.now
+
+    table = [  # (data time, forgotten then, workloads left)
+        (last + 3599, [], [lone, WEB]),
+        (last + 3600, [lone], [WEB]),
+        (last + 8 * 86400 - 1, [], [WEB]),
+        (last + 8 * 86400, [WEB], []),
+    ]
+    for now, forgotten, left in table:
+        st.expire(now)
+        retracted = st.take_retracted()
+        assert (retracted, st.workloads()) == (forgotten, left), now
+        await runner.retract(retracted)
+    assert await cluster.list_custom("Recommendation") == []
+    seen = {}
+    async for d in bus.tail(subjects.RECOMMENDATION_STREAM, "koord.recommendation.>", schemas.Recommendation,
+                            deliver="last_per_subject"):
+        seen[(d.msg.owner_kind, d.msg.owner_name)] = d.msg.containers
+        if len(seen) == 2:
+            break
+    assert seen == {("Pod", "lone"): [], ("Deployment", "web"): []}
+
+
 @pytest.fixture
 def client(metric_samples):
     import asyncio

@@ -150,6 +150,18 @@ def subject_of(workload: WorkloadKey) -> str:
     return subjects.recommendation(workload.namespace, workload.owner_token)
 
 
+def retraction(workload: WorkloadKey) -> schemas.Recommendation:
+    """A forgotten workload's last word: a recommendation with no container (no profile)."""
+    return schemas.Recommendation(namespace=workload.namespace, owner_kind=workload.kind, owner_name=workload.name)
+
+
+async def retract(bus: Bus, workloads: list[WorkloadKey]) -> int:
+    items = [(subject_of(w), bus.stamp(retraction(w))) for w in workloads]
+    if items:
+        await bus.publish_many(items)
+    return len(items)
+
+
 async def publish(bus: Bus, results: list[WorkloadResult]) -> int:
     items = [(subject_of(r.workload), bus.stamp(to_message(r))) for r in results]
     if items:

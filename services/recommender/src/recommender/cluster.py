@@ -160,3 +160,10 @@ async def apply_objects(cluster: ClusterPort, results: list[WorkloadResult]) -> 
     for r in results:
         await cluster.apply_custom(KIND, to_object(r))
     return len(results)
+
+
+async def delete_objects(cluster: ClusterPort, workloads: list[WorkloadKey]) -> int:
+    """Delete the Recommendation objects of forgotten workloads (one already gone is no error)."""
+    for w in workloads:
+        await cluster.delete_custom(KIND, object_name(w), w.namespace)
+    return len(workloads)

@@ -16,12 +16,15 @@ from prometheus_client import Counter, Gauge
 from . import bus as busio
 from . import cluster as clusterio
 from .core.engine import RecommenderState
+from .core.workload import WorkloadKey
 from .store import CheckpointStore
 
 log = logging.getLogger("recommender")
 
 CHECKPOINTS = Counter("koord_recommender_checkpoints_written_total", "Container checkpoints written")
 PUBLISHED = Counter("koord_recommender_recommendations_published_total", "Recommendations published on change")
+RETRACTED = Counter("koord_recommender_recommendations_retracted_total",
+                    "Recommendations withdrawn because their workload was forgotten")
 TRACKED = Gauge("koord_recommender_tracked_containers", "Workload containers with state")
 SAMPLES = Counter("koord_recommender_samples_total", "Container usage samples", ["outcome"])
 
@@ -71,6 +74,7 @@ class Recommender:
     async def checkpoint(self) -> int:
         async with self._lock:
             gone = self.state.expire()
+            await self.retract(self.state.take_retracted())
             dirty = self.state.take_dirty()
             try:
                 n = await asyncio.to_thread(self.store.save, dirty, gone)
@@ -103,6 +107,24 @@ class Recommender:
             await clusterio.apply_objects(self.cluster, results)
         PUBLISHED.inc(len(results))
         return len(results)
+
+    async def retract(self, workloads: list[WorkloadKey]) -> None:
+        """Withdraw the recommendations of forgotten workloads: an empty one on the bus (the
+        extender drops the profile; the stream's last message for the workload says it is gone)
+        and the Recommendation object deleted. What failed is tried again at the next checkpoint."""
+        if not workloads:
+            return
+        try:
+            if self.bus is not None:
+                await busio.retract(self.bus, workloads)
+            if self.cluster is not None and self.write_custom_objects:
+                await clusterio.delete_objects(self.cluster, workloads)
+        except Exception:
+            log.exception("could not withdraw the recommendations of forgotten workloads; retrying",
+                          extra={"workloads": len(workloads)})
+            self.state.retract_again(workloads)
+            return
+        RETRACTED.inc(len(workloads))
 
     # ------------------------------------------------------------------ running
 

@@ -19,6 +19,13 @@ from .workload import ContainerKey, WorkloadKey
 # A pod counts as a live replica while it reported within this long.
 REPLICA_WINDOW_S = 600.0
 
+# A pod with no controller is its own workload (koordcommon.workload): silent this long, it is
+# taken to be deleted and its workload is forgotten. A controller's workload outlives its pods
+# (the next pod carries its history on), so it waits for VPA's whole memory window; nothing
+# carries a deleted bare pod's on, and a cluster that runs bare batch pods sees thousands a day.
+BARE_POD_KIND = "Pod"
+BARE_POD_GONE_S = 3600.0
+
 # A checkpoint of a container under another method than VPA: version byte 2, the method's
 # name and the aggregate's length, then the aggregate (version 1 on its own) and the method state.
 _ENVELOPE = struct.Struct("<BHI")
@@ -89,6 +96,7 @@ class RecommenderState:
         self._published: dict[WorkloadKey, dict[str, Estimate]] = {}
         self.dirty_checkpoint: set[ContainerKey] = set()
         self._dirty_publish: set[WorkloadKey] = set()
+        self._retracted: set[WorkloadKey] = set()  # forgotten since the last take_retracted
         self.samples_accepted = 0
         self.samples_discarded = 0
         # Data time: the newest sample seen. Windows and expiry follow the data, so a replay or
@@ -242,10 +250,18 @@ class RecommenderState:
 
     # ------------------------------------------------------------------ lifecycle and checkpoints
 
+    def _expired(self, key: ContainerKey, st: AggregateState, now: float) -> bool:
+        if st.is_expired(now):
+            return True
+        return (key.workload.kind == BARE_POD_KIND and st.last_sample_ts is not None
+                and now - st.last_sample_ts >= BARE_POD_GONE_S)
+
     def expire(self, now: float | None = None) -> list[ContainerKey]:
-        """Drop containers silent for a whole memory window (VPA's aggregate GC); prune old pods."""
+        """Drop containers silent for a whole memory window (VPA's aggregate GC), a bare pod's
+        once it is gone (BARE_POD_GONE_S); prune old pods. A workload left with no container is
+        forgotten: `take_retracted` names it, so its published recommendation is withdrawn."""
         now = self.now if now is None else now
-        gone = [k for k, st in self.containers.items() if st.is_expired(now)]
+        gone = [k for k, st in self.containers.items() if self._expired(k, st, now)]
         for k in gone:
             del self.containers[k]
             self.method_states.pop(k, None)
@@ -255,6 +271,8 @@ class RecommenderState:
             else:
                 self._by_workload.pop(k.workload, None)
                 self._published.pop(k.workload, None)
+                self._method_of.pop(k.workload, None)
+                self._retracted.add(k.workload)
             self.dirty_checkpoint.discard(k)
         for k, st in self.containers.items():
             before = st.pod_count()
@@ -262,6 +280,16 @@ class RecommenderState:
             if st.pod_count() != before:
                 self.dirty_checkpoint.add(k)
         return gone
+
+    def take_retracted(self) -> list[WorkloadKey]:
+        """The workloads forgotten since the last call (their recommendations are to be withdrawn)."""
+        out = sorted(self._retracted)
+        self._retracted.clear()
+        return out
+
+    def retract_again(self, workloads: list[WorkloadKey]) -> None:
+        """Withdrawing failed: name them at the next `take_retracted` (unless seen again meanwhile)."""
+        self._retracted.update(w for w in workloads if w not in self._by_workload)
 
     def checkpoint(self, key: ContainerKey) -> bytes:
         """The container's aggregate, wrapped with its method's state when it has one."""

@@ -353,7 +353,8 @@ class ClusterState:
 
     def apply_profile(self, key: tuple[str, str, str], profile: WorkloadProfile | None) -> None:
         if profile is None:
-            self.profiles.pop(key, None)
+            if self.profiles.pop(key, None) is None:
+                return  # a workload never profiled here was withdrawn (or had no usable profile)
         else:
             self.profiles[key] = profile
         self._pod_cache.clear()  # estimates of that workload's pods change
