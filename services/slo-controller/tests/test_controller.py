@@ -116,11 +116,18 @@ async def test_disable_and_failed_writes(env):
 
 
 async def test_new_and_deleted_nodes(env):
-    _, ctrl = env
+    cluster, ctrl = env
     assert set(ctrl.nodes) == {"sim-node-000", "sim-node-001"}
+    import msgspec
+
+    other = msgspec.structs.replace(metric(cluster, await cluster.list_pods("sim-node-001")), node="sim-node-001")
+    await ctrl.handle_metric(other)
+    kept = {"metrics", "metric_ts", "hp_history", "last_plan"}
+    assert all("sim-node-001" in getattr(ctrl, d) for d in kept)
     ctrl._forget_node("sim-node-001")
     assert "sim-node-001" not in ctrl.nodes and "sim-node-001" not in ctrl.pods
     assert all(n != "sim-node-001" for n in ctrl._pod_node.values())
+    assert not any("sim-node-001" in getattr(ctrl, d) for d in kept)  # nothing of a deleted node is kept
 
 
 async def test_profiles_from_the_cluster(env):

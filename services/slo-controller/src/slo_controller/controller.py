@@ -179,7 +179,7 @@ class SLOController:
         for key in self.pods.pop(name, {}):
             self._pod_node.pop(key, None)
         for d in (self.metrics, self.metric_ts, self.last_sync, self.last_plan, self._colocation,
-                  self._nodeslo_sent, self._locks, self._nrt, self._nrt_sync):
+                  self._nodeslo_sent, self._locks, self._nrt, self._nrt_sync, self.hp_history):
             d.pop(name, None)
 
     async def handle_metric(self, msg: NodeMetric) -> NodePlan | None:
