@@ -557,6 +557,8 @@ async def test_evicted_replica_comes_back_pending_with_the_same_demand():
     target = next(n.name for n in await s.list_nodes() if n.name != victim.node_name)
     await s.bind_pod(new.namespace, new.name, target, new.uid)
     assert s.pod_usage(await s.get_pod(new.namespace, new.name), t) == usage_before
+    # the trace source passed to the replacement: the gone pod keeps none
+    assert victim.uid not in s.state.usage.pod_sources and new.uid in s.state.usage.pod_sources
     # a finished pod is not replaced
     done = await s.create_pod(batch_pod("done-0"))
     await s.bind_pod("batch", "done-0", target, done.uid)

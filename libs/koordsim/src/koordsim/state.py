@@ -250,6 +250,8 @@ class SimState:
         """The ReplicaSet/StatefulSet controller's part: a replica that was evicted or deleted
         before it finished comes back as a new pending pod with the same template (and, for a
         trace-driven pod, the same demand), for the scheduler to place again."""
+        # the gone pod's trace source passes to its replacement, if any: a deleted pod keeps none
+        source = self.usage.pod_sources.pop(gone.uid, None) if self.usage is not None else None
         owner = gone.controller
         if owner is None or owner.kind not in ("ReplicaSet", "StatefulSet") or gone.is_terminal:
             return []
@@ -271,8 +273,8 @@ class SimState:
             deletion_ms=None,
             resource_version=self._bump(),
         )
-        if self.usage is not None and gone.uid in self.usage.pod_sources:
-            self.usage.pod_sources[uid] = self.usage.pod_sources[gone.uid]
+        if source is not None:
+            self.usage.pod_sources[uid] = source
         self._put_pod(new)
         return [ClusterEvent("ADDED", "Pod", new)]
 
