@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from koordwhatif.config import WhatIfConfig  # noqa: E402
-from koordwhatif.engine import Replay  # noqa: E402
-from koordwhatif.scenario import spec_for  # noqa: E402
+from koordwhatif.config import WhatIfConfig
+from koordwhatif.engine import Replay
+from koordwhatif.scenario import spec_for
 
 ROOT = str(Path(__file__).resolve().parents[1]) + "/"
 BY_DESIGN = ("libs/koordwhatif/", "libs/koordsim/src/koordsim/jobs.py")  # the report's own records
