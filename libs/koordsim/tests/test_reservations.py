@@ -11,9 +11,10 @@ import uvicorn
 from fastapi import FastAPI, Request
 from koordcommon.bus import Bus
 from koordcommon.cluster import open_cluster
+from koordcommon.kube_codec import format_time_ms
 from koordcommon.testing.net import free_port
 from koordsim.cluster import SimCluster, SimSpec
-from koordsim.reservations import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND, reserve_pod
+from koordsim.reservations import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND, needs_cleanup, reserve_pod
 
 START_MS = 1_780_000_000_000
 
@@ -86,6 +87,46 @@ async def test_a_reservation_that_fits_nowhere_fails_unschedulable():
         [cond] = status["conditions"]
         assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
             "Scheduled", "False", "Unschedulable", message)
+
+
+DAY_S = 86_400
+
+
+def ended(name: str, phase: str, transitions_s_ago: list[int | str], created_s_ago: int = 0) -> dict:
+    """A reservation in `phase` whose conditions last changed that many seconds before START_MS."""
+    obj = reservation(name, ["sim-node-001"])
+    obj["metadata"]["creationTimestamp"] = format_time_ms(START_MS - created_s_ago * 1000)
+    obj["status"] = {"phase": phase, "conditions": [
+        {"type": "Ready", "status": "False", "reason": phase,
+         "lastTransitionTime": t if isinstance(t, str) else format_time_ms(START_MS - t * 1000)}
+        for t in transitions_s_ago]}
+    return obj
+
+
+@pytest.mark.parametrize("phase, transitions_s_ago, created_s_ago, cleaned", [
+    ("Succeeded", [DAY_S + 1], 0, True),  # past gcDurationSeconds (86400)
+    ("Succeeded", [DAY_S], 0, False),  # not more than it
+    ("Failed", [DAY_S * 3, 10], DAY_S * 3, False),  # the newest transition counts
+    ("Failed", [], DAY_S + 1, True),  # no condition: the creation
+    ("Available", [DAY_S * 5], DAY_S * 5, False),  # only ended reservations
+    ("Pending", [], DAY_S * 5, False),
+    ("Succeeded", ["yesterday"], DAY_S * 5, False),  # a time that cannot be read keeps it
+])
+def test_reservation_gc_deletes_ended_ones_past_the_gc_duration(phase, transitions_s_ago, created_s_ago, cleaned):
+    assert needs_cleanup(ended("r", phase, transitions_s_ago, created_s_ago), START_MS) is cleaned
+
+
+async def test_the_scheduling_replica_collects_ended_reservations_when_one_is_written():
+    c = sim(schedule_reservations=True)
+    await c.apply_custom(KIND, ended("recent", "Succeeded", [3600]))
+    await c.apply_custom(KIND, ended("old", "Succeeded", [DAY_S + 60]))
+    assert [r["metadata"]["name"] for r in await c.list_custom(KIND)] == ["recent"]
+    await c.apply_custom(KIND, reservation("r2", ["sim-node-002"]))
+    assert sorted(r["metadata"]["name"] for r in await c.list_custom(KIND)) == ["r2", "recent"]
+    # a replica that does not play koord-scheduler leaves them to it
+    other = sim()
+    await other.apply_custom(KIND, ended("old", "Succeeded", [DAY_S + 60]))
+    assert len(await other.list_custom(KIND)) == 1
 
 
 async def test_without_the_option_reservations_stay_pending():

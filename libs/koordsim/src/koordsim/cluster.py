@@ -371,9 +371,19 @@ class SimCluster:
 
     async def apply_custom(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         written = await self._mutate("custom_applied", {"kind": kind, "obj": obj})
-        if kind == reservations.KIND and self._reservations is not None and reservations.phase(written) == "Pending":
-            await self._place_reservation(written)
+        if kind == reservations.KIND and self._reservations is not None:
+            if reservations.phase(written) == "Pending":
+                await self._place_reservation(written)
+            await self._collect_reservations()
         return written
+
+    async def _collect_reservations(self) -> None:
+        """koord-scheduler's reservation GC, run when a reservation is written: the ended ones
+        past gcDurationSeconds are deleted (a migration leaves one behind each time)."""
+        now = self.now_ms()
+        for key, obj in list(self.state.custom.get(reservations.KIND, {}).items()):
+            if reservations.needs_cleanup(obj, now):
+                await self.delete_custom(reservations.KIND, key[1], key[0] or None)
 
     async def _place_reservation(self, written: dict[str, Any]) -> None:
         """koord-scheduler's part: choose the node and write the status (unless the reservation

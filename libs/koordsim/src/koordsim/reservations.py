@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from koordcommon.kube_codec import format_time_ms, pod_from_k8s
+from koordcommon.kube_codec import format_time_ms, parse_time_ms, pod_from_k8s
 from koordcommon.quantity import format_resource_list
 from koordcommon.records import NodeRecord, PodRecord
 
@@ -27,8 +27,29 @@ ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"
 ANNOTATION_RESERVATION_NAME = "scheduling.koordinator.sh/reservation-name"
 
 
+GC_DURATION_S = 86_400  # ReservationArgs.gcDurationSeconds, Koordinator's default
+ENDED = ("Succeeded", "Failed")
+
+
 def phase(obj: dict[str, Any]) -> str:
     return str((obj.get("status") or {}).get("phase") or "Pending")
+
+
+def needs_cleanup(obj: dict[str, Any], now_ms: int, gc_duration_s: int = GC_DURATION_S) -> bool:
+    """koord-scheduler's reservation GC: a Succeeded or Failed reservation is deleted once its
+    last transition (its newest condition; the object's creation without any) is more than
+    gcDurationSeconds old. A time that cannot be read keeps the object."""
+    if phase(obj) not in ENDED:
+        return False
+    conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict)]
+    try:
+        times = [t for c in conditions if (t := parse_time_ms(c.get("lastTransitionTime"))) is not None]
+        if not times:
+            created = parse_time_ms((obj.get("metadata") or {}).get("creationTimestamp"))
+            times = [created] if created is not None else []
+    except ValueError:
+        return False
+    return bool(times) and now_ms - max(times) > gc_duration_s * 1000
 
 
 def required_nodes(obj: dict[str, Any]) -> set[str] | None:
