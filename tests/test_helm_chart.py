@@ -329,7 +329,8 @@ SERVICE_CALLS: dict[str, set[str]] = {
     "scheduler-extender": {"start", "watch", "list_nodes", "list_pods", "list_custom:Reservation", "bind_pod"},
     "descheduler": {"start", "list_nodes", "list_pods", "evict_pod", "apply_custom:Reservation",
                     "get_custom:Reservation", "list_custom:Reservation", "delete_custom:Reservation"},
-    "recommender": {"start", "resolve_workload", "get_pod", "apply_custom:Recommendation"},
+    "recommender": {"start", "resolve_workload", "get_pod", "apply_custom:Recommendation",
+                    "delete_custom:Recommendation"},
 }  # fmt: skip
 
 SERVICE_SOURCES = {
