@@ -110,9 +110,8 @@ def test_strategies_import_no_io():
         assert "open(" not in path.read_text(), path.name
 
 
-async def test_simulated_cgroups_hold_best_effort_pods_to_what_the_round_grants():
-    """Suppress leaves BE 2 CPUs (the floor): the two BE pods asking 1.5 cores each run 1 core
-    each, and the node's usage loses what they could not run."""
+async def two_be_pods_node():
+    """A 16-core simulated node with one online pod and two BE pods, its QoS under slo()."""
     cluster = SimCluster(SimSpec(nodes=1, seed=3, speed=0, start_ms=T0, node_cpu_cores=16, online_pods_per_node=1))
     await cluster.start()
     await cluster.create_pod(be_pod("be-a", 5500, 2000))
@@ -120,6 +119,13 @@ async def test_simulated_cgroups_hold_best_effort_pods_to_what_the_round_grants(
     node = await cluster.get_node(NODE)
     nq = NodeQoS.simulated_node(NODE, node.capacity_resources(), T0, cluster=cluster)
     nq.slo = slo()
+    return cluster, node, nq
+
+
+async def test_simulated_cgroups_hold_best_effort_pods_to_what_the_round_grants():
+    """Suppress leaves BE 2 CPUs (the floor): the two BE pods asking 1.5 cores each run 1 core
+    each, and the node's usage loses what they could not run."""
+    cluster, node, nq = await two_be_pods_node()
     pods = [PodInfo.from_record(p) for p in await cluster.list_pods(node_name=NODE)]
     r = usage(pods)
     before = r.node[0]
@@ -140,13 +146,7 @@ async def test_a_pod_gone_from_the_node_leaves_no_simulated_cgroup_nor_cached_pl
     gone pod's cgroups, and the plans kept for it go with it."""
     from node_agent.qos.strategies import batch_resources
 
-    cluster = SimCluster(SimSpec(nodes=1, seed=3, speed=0, start_ms=T0, node_cpu_cores=16, online_pods_per_node=1))
-    await cluster.start()
-    await cluster.create_pod(be_pod("be-a", 5500, 2000))
-    await cluster.create_pod(be_pod("be-b", 5100, 3000))
-    node = await cluster.get_node(NODE)
-    nq = NodeQoS.simulated_node(NODE, node.capacity_resources(), T0, cluster=cluster)
-    nq.slo = slo()
+    cluster, node, nq = await two_be_pods_node()
 
     async def round_with(pods: list[PodInfo], t_ms: int) -> None:
         await nq.round(nq.state(t_ms, node.capacity_resources(), node.allocatable_resources(), pods, usage(pods)))
