@@ -12,9 +12,10 @@ from fastapi import FastAPI, Request
 from koordcommon.bus import Bus
 from koordcommon.cluster import open_cluster
 from koordcommon.kube_codec import format_time_ms
+from koordcommon.reservations import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND
 from koordcommon.testing.net import free_port
 from koordsim.cluster import SimCluster, SimSpec
-from koordsim.reservations import ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVE_POD, KIND, needs_cleanup, reserve_pod
+from koordsim.reservations import needs_cleanup, reserve_pod
 
 START_MS = 1_780_000_000_000
 

@@ -8,7 +8,7 @@ from desched_scenario import BATCH_NS, all_metrics, batch_pod, cpu_percent
 from descheduler.core import migration as mig
 from descheduler.core.config import AnomalyCondition, LowNodeLoadArgs, MigrationLimits, MigrationOptions, NodePool
 from descheduler.loop import Descheduler
-from descheduler.reservation import KIND
+from koordcommon.reservations import KIND
 from koordsim.cluster import PDB_KIND, SimCluster, SimSpec
 from koordsim.reservations import ReservationScheduler
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from koordcommon import reservations as reservation_words
 from koordcommon import subjects
 from koordcommon.cluster.port import ClusterEvent, EvictionOutcome, EvictionResult
 from koordcommon.records import NodeRecord, PodRecord
@@ -371,8 +372,8 @@ class SimCluster:
 
     async def apply_custom(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         written = await self._mutate("custom_applied", {"kind": kind, "obj": obj})
-        if kind == reservations.KIND and self._reservations is not None:
-            if reservations.phase(written) == "Pending":
+        if kind == reservation_words.KIND and self._reservations is not None:
+            if reservation_words.phase(written) == reservation_words.PENDING:
                 await self._place_reservation(written)
             await self._collect_reservations()
         return written
@@ -381,18 +382,18 @@ class SimCluster:
         """koord-scheduler's reservation GC, run when a reservation is written: the ended ones
         past gcDurationSeconds are deleted (a migration leaves one behind each time)."""
         now = self.now_ms()
-        for key, obj in list(self.state.custom.get(reservations.KIND, {}).items()):
+        for key, obj in list(self.state.custom.get(reservation_words.KIND, {}).items()):
             if reservations.needs_cleanup(obj, now):
-                await self.delete_custom(reservations.KIND, key[1], key[0] or None)
+                await self.delete_custom(reservation_words.KIND, key[1], key[0] or None)
 
     async def _place_reservation(self, written: dict[str, Any]) -> None:
         """koord-scheduler's part: choose the node and write the status (unless the reservation
         was deleted, replaced or placed meanwhile)."""
         placed = await self._reservations.place(written, self.now_ms())
-        current = self.state.custom.get(reservations.KIND, {}).get(custom_key(written))
-        if current is None or _uid(current) != _uid(written) or reservations.phase(current) != "Pending":
+        current = self.state.custom.get(reservation_words.KIND, {}).get(custom_key(written))
+        if current is None or _uid(current) != _uid(written) or reservation_words.phase(current) != reservation_words.PENDING:
             return
-        await self._mutate("custom_applied", {"kind": reservations.KIND, "obj": placed})
+        await self._mutate("custom_applied", {"kind": reservation_words.KIND, "obj": placed})
 
     async def delete_custom(self, kind: str, name: str, namespace: str | None = None) -> None:
         await self._mutate("custom_deleted", {"kind": kind, "name": name, "namespace": namespace or ""})

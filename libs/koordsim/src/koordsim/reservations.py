@@ -18,21 +18,19 @@ from typing import Any
 from koordcommon.kube_codec import format_time_ms, parse_time_ms, pod_from_k8s
 from koordcommon.quantity import format_resource_list
 from koordcommon.records import NodeRecord, PodRecord
+from koordcommon.reservations import (
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVE_POD,
+    AVAILABLE,
+    ENDED,
+    FAILED,
+    phase,
+)
 
 from . import fit
 from .scheduler import ExtenderScheduler
 
-KIND = "Reservation"
-ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"
-ANNOTATION_RESERVATION_NAME = "scheduling.koordinator.sh/reservation-name"
-
-
 GC_DURATION_S = 86_400  # ReservationArgs.gcDurationSeconds, Koordinator's default
-ENDED = ("Succeeded", "Failed")
-
-
-def phase(obj: dict[str, Any]) -> str:
-    return str((obj.get("status") or {}).get("phase") or "Pending")
 
 
 def needs_cleanup(obj: dict[str, Any], now_ms: int, gc_duration_s: int = GC_DURATION_S) -> bool:
@@ -156,7 +154,7 @@ class ReservationScheduler:
         stamp = format_time_ms(now_ms)
         if placement.node is not None:
             out["status"] = {
-                "phase": "Available",
+                "phase": AVAILABLE,
                 "nodeName": placement.node,
                 "allocatable": format_resource_list(rpod.requests()),
                 "conditions": [
@@ -166,7 +164,7 @@ class ReservationScheduler:
             }
         else:
             out["status"] = {
-                "phase": "Failed",
+                "phase": FAILED,
                 "conditions": [
                     {
                         "type": "Scheduled",

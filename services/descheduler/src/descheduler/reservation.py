@@ -20,8 +20,8 @@ from typing import Any
 from koordcommon.kube_codec import format_time_ms, pod_to_k8s
 from koordcommon.quantity import format_resource_list
 from koordcommon.records import PodRecord
+from koordcommon.reservations import KIND, PENDING, SUCCEEDED, phase
 
-KIND = "Reservation"
 API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 LABEL_ORDER = "scheduling.koordinator.sh/reservation-order"
 LABEL_CREATED_BY = "app.kubernetes.io/created-by"
@@ -89,7 +89,7 @@ def build_reservation(pod: PodRecord, name: str, target: str, ttl_s: float, now_
             "ttl": f"{int(ttl_s)}s",
             "allocateOnce": True,
         },
-        "status": {"phase": "Pending"},
+        "status": {"phase": PENDING},
     }
 
 
@@ -97,15 +97,14 @@ def phase_and_node(obj: dict[str, Any] | None) -> tuple[str, str]:
     """("", "") for a missing reservation; Koordinator's 'Available' needs phase and nodeName."""
     if obj is None:
         return "", ""
-    status = obj.get("status") or {}
-    return str(status.get("phase") or "Pending"), str(status.get("nodeName") or "")
+    return phase(obj), str((obj.get("status") or {}).get("nodeName") or "")
 
 
 def consumed(obj: dict[str, Any], owner: PodRecord, now_ms: int) -> dict[str, Any]:
     """The reservation after `owner` was bound on its node: allocateOnce makes it Succeeded."""
     out = copy.deepcopy(obj)
     status = dict(out.get("status") or {})
-    status["phase"] = "Succeeded"
+    status["phase"] = SUCCEEDED
     status["currentOwners"] = [{"namespace": owner.namespace, "name": owner.name, "uid": owner.uid}]
     status["allocated"] = format_resource_list(owner.requests())
     status["conditions"] = [

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from koordcommon import reservations
+
 from .config import MigrationLimits, scaled_limit
 from .lownodeload import LimitCounter, Migration
 
@@ -37,7 +39,7 @@ RELEASE = "release"  # the replacement went elsewhere: delete the unused reserva
 TIMEOUT = "timeout"
 
 # Why a reservation that ended is of no use to the job; the job's reason starts with this code.
-_RESERVATION_ENDED = {"Failed": "Unschedulable", "Succeeded": "ReservationConsumedByOther"}
+_RESERVATION_ENDED = {reservations.FAILED: "Unschedulable", reservations.SUCCEEDED: "ReservationConsumedByOther"}
 
 
 @dataclass(frozen=True)
@@ -91,14 +93,14 @@ class Observation:
 def step(job: Job, obs: Observation, now_s: float) -> Action:
     """The next action for a job that is not finished, with its reason."""
     if job.phase == RESERVING:
-        if obs.reservation_phase == "Available" and obs.reservation_node:
+        if obs.reservation_phase == reservations.AVAILABLE and obs.reservation_node:
             return Action(EVICT)
         if obs.reservation_phase == "":
             return _rollback("MissingReservation", obs)  # deleted under us
         if obs.reservation_phase in _RESERVATION_ENDED:  # unschedulable, expired, or consumed by another pod
             return _rollback(_RESERVATION_ENDED[obs.reservation_phase], obs)
         if now_s - job.started_s >= min(job.reservation_wait_s, job.ttl_s):
-            return _rollback("ReservationTimeout" if obs.reservation_phase == "Pending" else "Timeout", obs)
+            return _rollback("ReservationTimeout" if obs.reservation_phase == reservations.PENDING else "Timeout", obs)
         return Action(SCHEDULE_RESERVATION)
     if job.phase == EVICTING:
         if now_s - job.started_s >= job.ttl_s:

@@ -20,6 +20,7 @@ from koordcommon.durations import DurationError, parse_duration_ms
 from koordcommon.kube_codec import parse_time_ms, pod_from_k8s
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import PodRecord
+from koordcommon.reservations import AVAILABLE, ENDED, SUCCEEDED
 from koordcommon.resources import ZERO, Resources
 from koordcommon.selectors import LabelSelector, parse_selector
 
@@ -27,9 +28,6 @@ DEFAULT_TTL_MS = 24 * 3600 * 1000
 LABEL_RESERVATION_IGNORED = "scheduling.koordinator.sh/reservation-ignored"
 LABEL_RESERVATION_ORDER = "scheduling.koordinator.sh/reservation-order"
 ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
-# Marks the placeholder pod a reservation is scheduled as (koord-scheduler's reserve pod).
-ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"
-INACTIVE_PHASES = ("Failed", "Succeeded")
 
 
 @dataclass(slots=True)
@@ -79,11 +77,11 @@ class Reservation:
     allocate_once: bool = True
     restricted: bool = False  # allocatePolicy Restricted: a pod must fit inside the reservation
     unschedulable: bool = False
-    phase: str = "Available"
+    phase: str = AVAILABLE
     current_owners: list[str] = field(default_factory=list)  # pod keys that consumed it
 
     def expired(self, now_ms: int) -> bool:
-        if self.phase in INACTIVE_PHASES:
+        if self.phase in ENDED:
             return False
         if self.expires_ms is not None:
             return now_ms > self.expires_ms
@@ -93,7 +91,7 @@ class Reservation:
 
     def active(self, now_ms: int) -> bool:
         """Holds resources on its node right now."""
-        if not self.node or self.phase in INACTIVE_PHASES or self.expired(now_ms):
+        if not self.node or self.phase in ENDED or self.expired(now_ms):
             return False
         return not (self.allocate_once and self.current_owners)
 
@@ -215,7 +213,7 @@ def parse_reservation(obj: dict[str, Any]) -> Reservation:
         allocate_once=spec.get("allocateOnce", True) is not False,
         restricted=spec.get("allocatePolicy") == "Restricted",
         unschedulable=spec.get("unschedulable") is True,
-        phase=status.get("phase") or "Available",
+        phase=status.get("phase") or AVAILABLE,  # one that names its node takes part (see above)
         current_owners=current,
     )
 
@@ -292,7 +290,7 @@ def consume(reservation: Reservation, pod_key: str, request: Resources) -> None:
     reservation.current_owners.append(pod_key)
     reservation.allocated = reservation.allocated + request
     if reservation.allocate_once:
-        reservation.phase = "Succeeded"
+        reservation.phase = SUCCEEDED
 
 
 def release(reservation: Reservation, pod_key: str, request: Resources) -> None:

@@ -19,6 +19,7 @@ from koordcommon import resources as rn
 from koordcommon.model import is_prod
 from koordcommon.quantity import QuantityError, parse_resource_list
 from koordcommon.records import NodeRecord, PodRecord
+from koordcommon.reservations import ANNOTATION_RESERVE_POD, SUCCEEDED
 from koordcommon.resources import ZERO, Resources
 from koordcommon.schemas import NodeMetric, NodeResource, NodeTopology
 from koordcommon.workload import workload_of
@@ -288,7 +289,7 @@ class ClusterState:
         """
         if self.config.assume_ttl_s <= 0 or pod.key in self.pod_node or pod.daemonset:
             return
-        if pod.record.annotations.get(rsv.ANNOTATION_RESERVE_POD) == "true":
+        if pod.record.annotations.get(ANNOTATION_RESERVE_POD) == "true":
             return
         now = self.clock()
         prev = self.assumed.get(pod.key)
@@ -315,7 +316,7 @@ class ClusterState:
                     r.current_owners.append(owner)
                     r.allocated = r.allocated + (self._request_of(owner) or ZERO)
             if r.allocate_once and r.current_owners:
-                r.phase = "Succeeded"
+                r.phase = SUCCEEDED
             self._unindex(old)
             if old.node and old.node != r.node:
                 self.refresh(old.node)
