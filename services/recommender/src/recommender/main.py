@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from koordcommon.service import Service, ServiceSettings, run_service, settings_config
+from koordcommon.suggest import closest
 from koordcommon.wiring import start_bus, start_cluster
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .api import router
 from .core.aggregate import AggregationConfig
 from .core.engine import RecommenderState
 from .core.estimator import EstimatorConfig
-from .core.methods import configured_methods
+from .core.methods import METHODS, configured_methods
 from .runner import Intervals, Recommender
 from .store import CheckpointStore
 
@@ -43,7 +44,7 @@ class Settings(ServiceSettings):
     write_custom_objects: bool = True
     # The recommender method of every workload whose pods do not name one in the
     # analysis.koordinator.sh/recommender annotation (core/methods; README, evaluation).
-    method: Literal["vpa", "autopilot-window", "autopilot-window-rise", "autopilot-ml"] = "vpa"
+    method: str = "vpa"  # a name in core.methods.METHODS
     # Each Autopilot method's knobs per resource, over its documented defaults (README): fields
     # of WindowSettings / MLSettings, e.g. {"percentile": 0.9, "half_life_s": 21600} or
     # {"w_under": 0.05, "half_lives_s": [1800, 7200]}. An unknown field is refused at start-up.
@@ -51,6 +52,15 @@ class Settings(ServiceSettings):
     window_memory: dict[str, Any] = Field(default_factory=dict)
     ml_cpu: dict[str, Any] = Field(default_factory=dict)
     ml_memory: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, name: str) -> str:
+        if name not in METHODS:
+            near = closest(name, list(METHODS))
+            hint = f"did you mean {near}? " if near else ""
+            raise ValueError(f"unknown recommender method {name!r}: {hint}one of {', '.join(METHODS)}")
+        return name
 
     @model_validator(mode="after")
     def _methods_build(self) -> Settings:
