@@ -37,6 +37,11 @@ def test_replay_scores_policies_on_a_known_series():
     # a request of exactly the usage leaves the oracle no slack (the spikes make it negative):
     # a ratio to it means nothing and is not given
     assert oracle["slack"] < 0 and math.isnan(ev["rows"]["vpa"]["ratio_to_oracle"])
+    # one container: sharing the over-rate budget among containers changes nothing
+    pooled = ev["rows"]["oracle, pooled"]
+    assert (pooled["mean_request"], pooled["over_rate"]) == (1.0, oracle["over_rate"])
+    assert [p["knob"] for p in ev["sweeps"]["oracle, pooled"]["points"]] == pytest.approx(
+        [0.0005 * (0.3 / 0.0005) ** (k / 27) for k in range(0, 28, 3)])
 
 
 def _run(tmp_path, capsys, *extra: str) -> str:
@@ -50,7 +55,7 @@ def _run(tmp_path, capsys, *extra: str) -> str:
     rows = report["bitbrains"]["cpu"]["rows"]
     assert list(rows) == [
         "provisioned", "fixed max", "hindsight peaks", "vpa", "autopilot-window", "autopilot-window-max",
-        "autopilot-window-rise", "autopilot-ml", "oracle",
+        "autopilot-window-rise", "autopilot-ml", "oracle", "oracle, pooled",
     ]
     assert report["sample"] == ("--sample" in extra)
     return out

@@ -61,7 +61,7 @@ from .core.estimator import EstimatorConfig
 from .core.methods import VPA, AutopilotML, AutopilotWindow, AutopilotWindowRise, Recommender, Sample
 from .core.methods import autopilot_ml as ml
 from .core.methods import autopilot_window as mw
-from .core.oracle import oracle_requests
+from .core.oracle import oracle_requests, pooled_oracle_requests
 
 GIB = 1024**3
 BASELINES = ("provisioned", "fixed max", "hindsight peaks")
@@ -312,7 +312,13 @@ class Oracle:
         self.used = float(sum(u.sum() for u in self.usage))
 
     def at(self, rate: float) -> Point:
-        req = oracle_requests(self.usage, rate)
+        return self._point(oracle_requests(self.usage, rate))
+
+    def pooled_at(self, rate: float) -> Point:
+        """The bound for the pooled figures: the over-rate budget shared among the containers."""
+        return self._point(pooled_oracle_requests(self.usage, rate))
+
+    def _point(self, req: np.ndarray) -> Point:
         total_req = float((req * self.n).sum())
         over = sum(int(u.size - np.searchsorted(u, r, side="right")) for u, r in zip(self.usage, req))
         n = int(self.n.sum())
@@ -321,6 +327,8 @@ class Oracle:
 
 
 RATES = tuple(float(x) for x in np.geomspace(0.0005, 0.3, 28))
+POOLED_RATES = RATES[::3]  # each point prices every interval of every container many times over
+POOLED = "oracle, pooled"
 
 
 def evaluate_dataset(results: list[Result], resources: tuple[str, ...], points: list[tuple[str, float]]) -> dict:
@@ -346,6 +354,10 @@ def evaluate_dataset(results: list[Result], resources: tuple[str, ...], points: 
         if "vpa" in rows:
             rows["oracle"] = oracle.at(rows["vpa"]["over_rate"]).as_dict() | {"target_over_rate": rows["vpa"]["over_rate"]}
             rows["oracle"]["ratio_to_oracle"] = 1.0
+            pooled = oracle.pooled_at(rows["vpa"]["over_rate"])
+            same = oracle.at(pooled.over)
+            rows[POOLED] = pooled.as_dict() | {"target_over_rate": rows["vpa"]["over_rate"],
+                                               "ratio_to_oracle": pooled.slack / same.slack if same.slack > 0 else math.nan}
         sweeps = {}
         for m in METHOD_NAMES:
             curve = []
@@ -356,6 +368,8 @@ def evaluate_dataset(results: list[Result], resources: tuple[str, ...], points: 
                     curve.append(pt.as_dict() | {"knob": k, "ratio_to_oracle": pt.slack / o.slack if o.slack > 0 else math.nan})
             sweeps[m] = {"knob": KNOBS[m][0], "points": curve}
         sweeps["oracle"] = {"knob": "target over-rate", "points": [oracle.at(r).as_dict() | {"knob": r} for r in RATES]}
+        sweeps[POOLED] = {"knob": "target over-rate",
+                          "points": [oracle.pooled_at(r).as_dict() | {"knob": r} for r in POOLED_RATES]}
         out[res] = {"intervals": tot.n, "containers": len(oracle.usage), "rows": rows, "sweeps": sweeps, "targets": targets(rows)}
     return out
 
@@ -388,7 +402,7 @@ def table_rows(dataset: str, ev: dict) -> list[list[str]]:
         for p, row in d["rows"].items():
             unit = row["mean_request"]
             mean = f"{unit:.3f} cores" if res == "cpu" else f"{unit / GIB:.2f} GiB"
-            events = str(row["oom_like_events"]) if res == "memory" and p != "oracle" else "-"
+            events = str(row["oom_like_events"]) if res == "memory" and not p.startswith("oracle") else "-"
             rows.append(
                 [dataset, res, p, mean, f"{100 * row['slack']:.1f} %", f"{100 * row['over_rate']:.2f} %",
                  f"{row['ratio_to_oracle']:.2f}", events]
@@ -419,7 +433,8 @@ def write_csv(path: Path, results: list[Result], policies: list[str]) -> None:
 
 COLORS = {"provisioned": "#999999", "fixed max": "#e6a23c", "hindsight peaks": "#8c564b", "vpa": "#2f7ed8",
           "autopilot-window": "#2ca02c", "autopilot-window-max": "#17becf",
-          "autopilot-window-rise": "#9467bd", "autopilot-ml": "#d62728", "oracle": "black"}
+          "autopilot-window-rise": "#9467bd", "autopilot-ml": "#d62728", "oracle": "black",
+          POOLED: "#555555"}
 
 
 def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str:
@@ -438,10 +453,11 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
             pts = sorted(sw["points"], key=lambda p: p["over_rate"])
             x = [100 * p["over_rate"] for p in pts]
             y = [100 * p["slack"] for p in pts]
-            style = {"color": COLORS[m], "lw": 2.0 if m == "oracle" else 1.3}
-            ax.plot(x, y, "-" if m == "oracle" else "-o", ms=3, label=f"{m} ({sw['knob']})", **style)
+            oracle = m.startswith("oracle")
+            style = {"color": COLORS[m], "lw": 2.0 if oracle else 1.3, "ls": "--" if m == POOLED else "-"}
+            ax.plot(x, y, marker=None if oracle else "o", ms=3, label=f"{m} ({sw['knob']})", **style)
         for p, row in d["rows"].items():
-            if p == "oracle":
+            if p.startswith("oracle"):
                 continue
             ax.plot(100 * row["over_rate"], 100 * row["slack"], "*" if p in METHOD_NAMES else "s", ms=11,
                     color=COLORS[p], markeredgecolor="black", label=f"{p} (default)" if p in METHOD_NAMES else p)
