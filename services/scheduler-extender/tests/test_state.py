@@ -291,3 +291,74 @@ def test_a_pod_version_is_judged_once(second, rv2, passes):
     assert wire.decode_filter_result(filter_request(st, args).body).node_names == passes
     # without a resourceVersion nothing is reused
     assert judged_pod(st, _pod_json("2", rv=None)).request.cpu_milli == 2000
+
+
+def _with(p, **changes):
+    from dataclasses import replace
+
+    return replace(p, **changes)
+
+
+def test_a_judged_pod_is_known_to_bind_until_the_watch_shows_it_bound():
+    """The verbs derive a pending pod's PodInfo once; bind finds it by uid however many pods the
+    watch reports in between (the whole cache was once emptied after 4,096 pods, so in a busy
+    cluster bind lost the pod it had just filtered: no exclusive CPUs for an LSR pod, nothing
+    assumed). A profile change in between makes its estimate derived again, not the pod lost."""
+    from extender_helpers import rs_owner
+    from scheduler_extender.core.estimator import WorkloadProfile
+
+    st = make_state()
+    st.apply_node(node("n", cpu=10**7, mem=10**5 * Gi))
+    web = _with(guaranteed("web-5d4-x", 4000, 8 * Gi, phase="Pending", labels={"pod-template-hash": "5d4"},
+                           owners=[rs_owner("web-5d4")]), resource_version="1")
+    judged = st.pod_info(web)
+    for i in range(5000):
+        st.apply_pod(_with(guaranteed(f"p{i}", 10, Gi, node="n"), resource_version="2"))
+    assert st.known_pod_by_uid(web.uid) is judged
+    assert st.known_pod_info(web.uid, "1") is judged and st.known_pod_info(web.uid, "0") is None
+    assert len(st._pod_cache) == 1  # bound pods the watch reports are not kept for the verbs
+    st.apply_profile(("default", "Deployment", "web"), WorkloadProfile({"main": Resources(900, 3 * Gi)}))
+    assert st.known_pod_info(web.uid, "1") is None  # its estimate is stale
+    assert st.known_pod_by_uid(web.uid).estimate == Resources(900, 3 * Gi)
+    st.apply_pod(_with(web, node_name="n", phase="Running", resource_version="3"))  # the watch shows it bound
+    assert st.known_pod_by_uid(web.uid) is None and "default/web-5d4-x" in st.pods
+
+
+@pytest.mark.parametrize(
+    "event, forgotten",
+    [
+        ("deleted", True),  # the watch's DELETED event
+        ("succeeded", True),  # ended: never judged again
+        ("deletion requested", True),
+        ("still pending", False),  # a newer version while pending: kube-scheduler will judge it again
+    ],
+)
+def test_a_pending_pod_is_forgotten_when_it_ends(event, forgotten):
+    from koordcommon.cluster.port import ClusterEvent
+    from scheduler_extender import feeds
+
+    st = make_state()
+    web = _with(guaranteed("web", 4000, 8 * Gi, phase="Pending"), resource_version="1")
+    st.pod_info(web)
+    if event == "deleted":
+        feeds.apply_event(st, ClusterEvent("DELETED", "Pod", web))
+    elif event == "succeeded":
+        st.apply_pod(_with(web, phase="Succeeded", resource_version="2"))
+    elif event == "deletion requested":
+        st.apply_pod(_with(web, deletion_ms=T0, resource_version="2"))
+    else:
+        st.apply_pod(_with(web, resource_version="2"))
+    assert (st.known_pod_by_uid(web.uid) is None) is forgotten
+
+
+def test_pods_judged_and_never_seen_again_go_oldest_first(monkeypatch):
+    from scheduler_extender.core import state as state_module
+
+    monkeypatch.setattr(state_module, "POD_CACHE_MAX", 8)
+    st = make_state()
+    pods = [_with(guaranteed(f"w{i}", 100, Gi, phase="Pending"), resource_version="1") for i in range(9)]
+    for p in pods[:8]:
+        st.pod_info(p)
+    st.pod_info(pods[0])  # judged again: the newest now
+    st.pod_info(pods[8])  # the 9th: the oldest quarter (2) go
+    assert [p.name for p in pods if st.known_pod_by_uid(p.uid) is not None] == ["w0", "w3", "w4", "w5", "w6", "w7", "w8"]

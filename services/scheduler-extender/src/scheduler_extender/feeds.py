@@ -77,6 +77,7 @@ def apply_event(state: ClusterState, e: ClusterEvent) -> None:
     elif e.kind == "Pod" and isinstance(e.obj, PodRecord):
         if e.type == "DELETED":
             state.remove_pod(e.obj.key)
+            state.forget_pod(e.obj.uid)
         else:
             state.apply_pod(e.obj)
     elif e.kind == "Custom" and e.custom_kind == "Reservation" and isinstance(e.obj, dict):

@@ -8,6 +8,7 @@ per node; requests are judged by the plugins over those stores.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ from .plugins.loadaware import LoadAwareArgs, estimation_deadline
 from .plugins.numa import NUMAResourceArgs, assigned_cpus
 
 ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
+# Pending pods the verbs judged whose end the watch never showed (e.g. judged for another
+# scheduler, or deleted during a watch gap) are let go, oldest first, past this many.
+POD_CACHE_MAX = 16_384
 
 
 def _raw_allocatable(raw: str | None) -> dict[str, int]:
@@ -92,7 +96,11 @@ class ClusterState:
         self.resv_by_node: dict[str, set[str]] = {}
         self.pod_reservation: dict[str, str] = {}
         self.profiles: dict[tuple[str, str, str], WorkloadProfile] = {}
-        self._pod_cache: dict[tuple[str, str], PodInfo] = {}
+        # The pods the verbs judge, by uid: (resourceVersion, profile epoch, PodInfo). Filter,
+        # prioritize and bind of one pod share one derivation, and bind finds the pod by uid. A pod
+        # leaves when the watch shows it bound, ended or deleted; the oldest go past POD_CACHE_MAX.
+        self._pod_cache: dict[str, tuple[str, int, PodInfo]] = {}
+        self._profile_epoch = 0  # moves when a workload profile changes: estimates derived before are stale
         # Nodes whose inputs changed since their rows were last derived: derived again when rows
         # are next read (`rows_of`), so a burst of changes to one node costs one derivation.
         self._dirty: set[str] = set()
@@ -125,14 +133,17 @@ class ClusterState:
 
     # ------------------------------------------------------------------ pods as judged
 
-    def pod_info(self, pod: PodRecord) -> PodInfo:
+    def pod_info(self, pod: PodRecord, cache: bool = True) -> PodInfo:
         """The estimate and classes of `pod`, derived once per uid and resourceVersion (the API
         server changes resourceVersion whenever the pod changes: filter and prioritize of one
-        pod share the work)."""
-        cache_key = (pod.uid, pod.resource_version)
-        cacheable = bool(pod.uid and pod.resource_version)
-        if cacheable and (hit := self._pod_cache.get(cache_key)) is not None:
-            return hit
+        pod share the work) and workload profile. `cache=False`: derived, not kept (a pod the
+        watch shows bound is not judged by the verbs again)."""
+        cacheable = cache and bool(pod.uid and pod.resource_version)
+        if cacheable:
+            hit = self._pod_cache.pop(pod.uid, None)
+            if hit is not None and hit[0] == pod.resource_version and hit[1] == self._profile_epoch:
+                self._pod_cache[pod.uid] = hit  # back at the newest end
+                return hit[2]
         requests, cls = pod.requests(), pod.priority_class  # each computed once: they are not cheap
         info = PodInfo(
             record=pod,
@@ -145,22 +156,32 @@ class ClusterState:
             reservation_affinity=rsv.required_reservation(pod) is not None,
         )
         if cacheable:
-            if len(self._pod_cache) > 4096:
-                self._pod_cache.clear()
-            self._pod_cache[cache_key] = info
+            if len(self._pod_cache) >= POD_CACHE_MAX:  # pods judged and never seen again: the oldest go
+                for uid in list(itertools.islice(self._pod_cache, POD_CACHE_MAX // 4)):
+                    del self._pod_cache[uid]
+            self._pod_cache[pod.uid] = (pod.resource_version, self._profile_epoch, info)
         return info
 
     def known_pod_by_uid(self, uid: str) -> PodInfo | None:
-        """The newest PodInfo derived for pod `uid` (the bind verb names a pod by uid only)."""
-        found = [info for (u, _), info in self._pod_cache.items() if u == uid]
-        return found[-1] if found else None
+        """The PodInfo of the newest version of pod `uid` the verbs judged (the bind verb names a
+        pod by uid only), with the estimate of the workload profiles in force now."""
+        hit = self._pod_cache.get(uid)
+        if hit is None:
+            return None
+        return hit[2] if hit[1] == self._profile_epoch else self.pod_info(hit[2].record)
 
     def known_pod_info(self, uid: object, resource_version: object) -> PodInfo | None:
         """The PodInfo already derived for this version of a pod, if any: a request naming it
         need not be parsed again."""
         if isinstance(uid, str) and isinstance(resource_version, str) and uid and resource_version:
-            return self._pod_cache.get((uid, resource_version))
+            hit = self._pod_cache.get(uid)
+            if hit is not None and hit[0] == resource_version and hit[1] == self._profile_epoch:
+                return hit[2]
         return None
+
+    def forget_pod(self, uid: str) -> None:
+        """The verbs will not judge pod `uid` again (the watch shows it bound, ended or deleted)."""
+        self._pod_cache.pop(uid, None)
 
     def _estimate(self, pod: PodRecord, requests: dict[str, int], cls) -> Resources:
         """The pod's estimated usage: its workload's usage profile when one covers it, else
@@ -219,8 +240,11 @@ class ClusterState:
         """
         key = pod.key
         if not pod.node_name or pod.is_terminal:
+            if pod.is_terminal or pod.deletion_ms is not None:
+                self.forget_pod(pod.uid)
             self.remove_pod(key)
             return
+        self.forget_pod(pod.uid)  # bound: kube-scheduler is done with it
         now = self.clock()
         prev_node = self.pod_node.get(key)
         assumed = self.assumed.pop(key, None)
@@ -237,7 +261,7 @@ class ClusterState:
             assigned_ms = now
         if assumed is not None and assumed.node != pod.node_name:
             self._drop(key, assumed.node)
-        info = self.pod_info(pod)
+        info = self.pod_info(pod, cache=False)
         self.pods[key] = pod
         self.pod_node[key] = pod.node_name
         deadline = estimation_deadline(pod, assigned_ms, self.config.load, self.config.estimator.allow_customize)
@@ -358,7 +382,7 @@ class ClusterState:
                 return  # a workload never profiled here was withdrawn (or had no usable profile)
         else:
             self.profiles[key] = profile
-        self._pod_cache.clear()  # estimates of that workload's pods change
+        self._profile_epoch += 1  # estimates of that workload's pods change: derived again when next asked
 
     # ------------------------------------------------------------------ node views
 
