@@ -399,7 +399,9 @@ _OPENS_CLUSTER = re.compile(r"start_cluster\(|open_cluster\(\s*[\"']kubernetes[\
 def scan_port_calls(src: Path) -> set[str]:
     """Cluster-port calls found in a service's code (`start` when it opens a Kubernetes port)."""
     text = "\n".join(p.read_text() for p in sorted(src.rglob("*.py")))
-    consts = dict(_CONST.findall(text))
+    # constants of the service's own, over those of the shared contracts it imports (koordcommon)
+    shared = "\n".join(p.read_text() for p in sorted((ROOT / "libs/koordcommon/src").rglob("*.py")))
+    consts = dict(_CONST.findall(shared)) | dict(_CONST.findall(text))
     calls: set[str] = set()
     if _OPENS_CLUSTER.search(text):
         calls.add("start")
