@@ -49,7 +49,7 @@ class _Pooled:
         self.keep = np.array([u.size > 0 for u in usage], dtype=bool)
         usage = [u for u in usage if u.size]
         self.u = np.concatenate(usage) if usage else np.zeros(0)
-        sizes = np.array([u.size for u in usage], dtype=np.int64)
+        self.sizes = sizes = np.array([u.size for u in usage], dtype=np.int64)
         self.starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         self.size = np.repeat(sizes, sizes).astype(np.float64)  # each candidate's container size
         # intervals above each candidate request u[j]: those with larger usage (ties are not above)
@@ -66,7 +66,7 @@ class _Pooled:
             return out, 0
         cost = self.size * self.u + price * self.above
         low = np.minimum.reduceat(cost, self.starts)
-        best = np.repeat(low, np.diff(np.append(self.starts, self.u.size)))
+        best = np.repeat(low, self.sizes)
         j = np.maximum.reduceat(np.where(cost == best, self.index, -1), self.starts)
         out[self.keep] = self.u[j]
         return out, int(self.above[j].sum())
