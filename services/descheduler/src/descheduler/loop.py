@@ -149,7 +149,7 @@ class Descheduler:
                 else:
                     report.plan.migrations.extend(plan.migrations)
                     report.plan.notes.append(f"replanned after {refused} migration(s) ended at once")
-                by_key = {p.key: p for p in pods}
+                by_key = {p.key: p for p in pods} if plan.migrations else {}  # most rounds migrate nothing
                 failed = []
                 for m in plan.migrations:
                     report.outcomes[m.pod.key] = await self._start(m, by_key.get(m.pod.key), pods)
@@ -262,6 +262,8 @@ class Descheduler:
         return job.reason.split(":")[0] if job.done else job.phase
 
     async def _advance(self, pods: list[PodRecord]) -> None:
+        if not self.jobs:
+            return
         by_key = {p.key: p for p in pods}
         # Jobs that wait for a replacement go last: a replica the scheduler put on another job's
         # reservation (any reservation of the owner suits it) is that job's, and that job must have

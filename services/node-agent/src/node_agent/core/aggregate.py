@@ -29,9 +29,10 @@ def percentile_index(n: int | np.ndarray, p: float) -> int | np.ndarray:
     return int(idx) if np.ndim(idx) == 0 else idx
 
 
-def to_resources(pair: np.ndarray) -> Resources:
-    """(cpu milli, memory bytes) floats -> integer Resources, truncated like int64(...) in Go."""
-    cpu, mem = float(pair[0]), float(pair[1])
+def to_resources(pair) -> Resources:
+    """(cpu milli, memory bytes) floats -> integer Resources, truncated like int64(...) in Go.
+    `pair`: a row of `WindowStats.avg_rows` / `pct_rows` (Python floats) or of a numpy array."""
+    cpu, mem = pair[0], pair[1]
     return Resources(int(cpu + _EPS) if cpu >= 0 else int(cpu - _EPS), int(mem))
 
 

@@ -13,6 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from types import EllipsisType
 
 from koordcommon import subjects
 from koordcommon.schemas import Event
@@ -71,8 +72,12 @@ class Executor:
 
     async def apply(self, plan: list[Action], memory: QoSMemory, now_ms: int) -> list[Event]:
         """The whole plan: its cgroup writes in order, then its evictions; the events of both."""
-        events = self.write([a for a in plan if isinstance(a, CgroupWrite)], now_ms)
-        return events + await self.evict([a for a in plan if isinstance(a, Eviction)], memory, now_ms)
+        writes: list[CgroupWrite] = []
+        evictions: list[Eviction] = []
+        for a in plan:
+            (writes if isinstance(a, CgroupWrite) else evictions).append(a)
+        events = self.write(writes, now_ms)
+        return events + await self.evict(evictions, memory, now_ms) if evictions else events
 
     async def evict(self, evictions: list[Eviction], memory: QoSMemory, now_ms: int) -> list[Event]:
         """Evictions in order; a requested one (or, in dry-run, a reported one) marks its pod
@@ -113,7 +118,11 @@ class Executor:
         tally: dict[tuple[str, str], int] = {}  # (strategy, outcome) -> writes, counted once a round
         stamp = {} if now_ms is None else {"ts": now_ms}  # the events carry the round's time
         for w in writes:
-            if not self._one(w, events, False, tally, stamp):
+            attempt = self._attempt(w)
+            if attempt is None:  # most planned values are in place already: settled in one step
+                key = (w.strategy, "unchanged")
+                tally[key] = tally.get(key, 0) + 1
+            elif not self._one(w, events, False, tally, stamp, attempt):
                 refused.append(w)
         for w in refused:  # an ordering the kernel refused (child wider than parent) settles now
             self._one(w, events, True, tally, stamp)
@@ -121,14 +130,27 @@ class Executor:
             _counted(strategy, outcome).inc(n)
         return events
 
-    def _one(self, w: CgroupWrite, events: list[Event], retry: bool, tally: dict[tuple[str, str], int],
-             stamp: dict) -> bool:
+    def _attempt(self, w: CgroupWrite) -> tuple[str, str] | None | Exception:
+        """Write `w` (in dry-run, compare it with the file): (old, new) when it changes the file,
+        None when the file holds it already, or what the write raised."""
         try:
             if self.dry_run:
                 current = self.files.read(w.rel, w.resource)
-                change = None if current == str(w.value) else (current or "", str(w.value))
-            else:
-                change = self.files.write(w.rel, w.resource, w.value)
+                return None if current == str(w.value) else (current or "", str(w.value))
+            return self.files.write(w.rel, w.resource, w.value)
+        except (CgroupPathError, UnsupportedFile, OSError) as exc:
+            return exc
+
+    def _one(self, w: CgroupWrite, events: list[Event], retry: bool, tally: dict[tuple[str, str], int],
+             stamp: dict, attempt: tuple[str, str] | None | Exception | EllipsisType = ...) -> bool:
+        """One write's outcome tallied and its change an event (`attempt`: what `_attempt` gave;
+        `...`: attempted here). False: the kernel refused it, to be tried again after the rest."""
+        if attempt is ...:
+            attempt = self._attempt(w)
+        try:
+            if isinstance(attempt, Exception):
+                raise attempt
+            change = attempt
         except CgroupPathError:
             outcome = "refused"  # and logged once, where it was refused (collect.cgroups.refused)
         except UnsupportedFile:
