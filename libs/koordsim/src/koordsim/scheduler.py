@@ -370,7 +370,8 @@ class ExtenderScheduler:
             if self.is_interested(pod):
                 for host, s in (await self.extender_prioritize(pod, feasible)).items():
                     scores[host] += s
-            chosen = min(scores, key=lambda name: (-scores[name], name))
+            best = max(scores.values())
+            chosen = min(name for name, score in scores.items() if score == best)  # ties: the first name
         try:
             if self.bind_verb and self.is_interested(pod):
                 await self.extender_bind(pod, chosen)
