@@ -77,7 +77,9 @@ class Executor:
         for a in plan:
             (writes if isinstance(a, CgroupWrite) else evictions).append(a)
         events = self.write(writes, now_ms)
-        return events + await self.evict(evictions, memory, now_ms) if evictions else events
+        if not evictions:
+            return events
+        return events + await self.evict(evictions, memory, now_ms)
 
     async def evict(self, evictions: list[Eviction], memory: QoSMemory, now_ms: int) -> list[Event]:
         """Evictions in order; a requested one (or, in dry-run, a reported one) marks its pod
