@@ -449,11 +449,14 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
     extra = 1 if example is not None and example.trace is not None else 0
     fig, axes = plt.subplots(1, len(panels) + extra, figsize=(7.5 * (len(panels) + extra), 5.6), squeeze=False)
     for ax, (res, d) in zip(axes[0], panels):
+        shown: list[float] = []  # the methods' and baselines' slack: the range the panel is about
         for m, sw in d["sweeps"].items():
             pts = sorted(sw["points"], key=lambda p: p["over_rate"])
             x = [100 * p["over_rate"] for p in pts]
             y = [100 * p["slack"] for p in pts]
             oracle = m.startswith("oracle")
+            if not oracle:
+                shown += y
             style = {"color": COLORS[m], "lw": 2.0 if oracle else 1.3, "ls": "--" if m == POOLED else "-"}
             ax.plot(x, y, marker=None if oracle else "o", ms=3, label=f"{m} ({sw['knob']})", **style)
         for p, row in d["rows"].items():
@@ -461,7 +464,13 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
                 continue
             ax.plot(100 * row["over_rate"], 100 * row["slack"], "*" if p in METHOD_NAMES else "s", ms=11,
                     color=COLORS[p], markeredgecolor="black", label=f"{p} (default)" if p in METHOD_NAMES else p)
+            shown.append(100 * row["slack"])
+        if shown:
+            # the oracles' curves run on to large over-rates, where sizing below usage makes the
+            # slack very negative; they are cut where the methods end, not the other way round
+            ax.set_ylim(bottom=min(shown) - 10)
         ax.set_xscale("symlog", linthresh=0.01)  # log above 0.01 %, so that 0 % still shows
+        ax.set_xlim(left=-0.002)  # no negative over-rates: the axis starts just left of 0 %
         ax.set_xlabel("intervals with usage above the request, % (log above 0.01)")
         ax.set_ylabel("slack: sum(request - used) / sum(request), %")
         ax.set_title(f"{title} {res}: slack vs over-rate")
