@@ -39,7 +39,6 @@ import math
 import multiprocessing
 import os
 import random
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+from koordcommon.testing.net import free_port
 
 Mi = 1024**2
 Gi = 1024**3
@@ -391,12 +391,6 @@ def _serve(n: int, seed: int, port: int, ready) -> None:
     uvicorn.run(api.create_app(st), host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http_case(n: int, seed: int, cluster: Cluster, stream: list[Shape], percentage: int, pods: int) -> dict:
     """Pods/s over HTTP. The client is kept light (http.client on one keep-alive connection,
     request bodies written by orjson) so that the figure is the extender's, not the client's:
@@ -405,7 +399,7 @@ def http_case(n: int, seed: int, cluster: Cluster, stream: list[Shape], percenta
 
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
-    port = _free_port()
+    port = free_port()
     proc = ctx.Process(target=_serve, args=(n, seed, port, ready), daemon=True)
     proc.start()
     try:

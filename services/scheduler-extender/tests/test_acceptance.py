@@ -8,13 +8,13 @@ it as the node-agent would. Simulated time is frozen (speed 0) so both runs see 
 
 import asyncio
 import random
-import socket
 import statistics
 
 import pytest
 import uvicorn
 from koordcommon.records import ContainerSpec, OwnerRef, PodRecord
 from koordcommon.schemas import NodeMetric, PodMetric
+from koordcommon.testing.net import free_port
 from koordsim.cluster import SimCluster
 from koordsim.scheduler import ExtenderScheduler
 from koordsim.spec import SimSpec
@@ -25,12 +25,6 @@ from scheduler_extender.core.state import ClusterState
 pytestmark = pytest.mark.slow
 Gi = 1024**3
 SPEC = SimSpec(nodes=100, seed=11, speed=0.0, online_pods_per_node=6)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def burst(n=200, seed=5):

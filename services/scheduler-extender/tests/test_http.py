@@ -1,7 +1,6 @@
 """The extender over real HTTP, driven as kube-scheduler drives it: POST, JSON body, 5 s timeout."""
 
 import asyncio
-import socket
 
 import httpx
 import orjson
@@ -9,6 +8,7 @@ import pytest
 import uvicorn
 from extender_helpers import T0, Gi, guaranteed, metric, node, pod_metric
 from koordcommon.testing.fixtures import fixtures_dir
+from koordcommon.testing.net import free_port
 from scheduler_extender import api
 from scheduler_extender.core import wire
 from scheduler_extender.core.state import ClusterState
@@ -18,12 +18,6 @@ COMPAT = {
     for c in orjson.loads((fixtures_dir() / "kube-scheduler.extender.v1.types_test.compat.json").read_bytes())["cases"]
 }
 NOW = T0 + 10_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cluster_state() -> ClusterState:

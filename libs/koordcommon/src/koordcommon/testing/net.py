@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import socket
 import time
 import urllib.error
@@ -10,11 +11,23 @@ import urllib.request
 __all__ = ["free_port", "wait_http_ready", "wait_tcp_ready"]
 
 
+# The ports this process handed out lately. The OS may give a port it just handed out again once
+# its probe socket is closed: two servers of one cluster were once told the same port (one's client
+# port, the other's monitoring port), and the second died with "address already in use".
+_GIVEN: collections.deque[int] = collections.deque(maxlen=4096)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (the OS picks it; a small race remains)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port nothing listens on right now and not handed out by this process lately (the OS
+    picks it; a small race with other processes remains)."""
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            break
+    _GIVEN.append(port)
+    return port
 
 
 def wait_tcp_ready(host: str, port: int, timeout: float = 10.0) -> None:
