@@ -1,7 +1,10 @@
+import errno
+
 import pytest
+from koordcommon.cpus import parse_cpuset
 from node_agent.collect.cgroups import CgroupLayout
-from node_agent.qos.executor import Executor
-from node_agent.qos.files import CgroupFiles, shares_to_weight, weight_to_shares
+from node_agent.qos.executor import WRITES, Executor
+from node_agent.qos.files import CgroupFiles, MemoryCgroupFiles, shares_to_weight, weight_to_shares
 from node_agent.qos.model import MAX_INT64, CgroupWrite
 
 BE = "kubepods/besteffort"
@@ -109,3 +112,49 @@ def test_memory_high_unlimited_on_v2(make_tree):
 def test_shares_weight(shares, weight):
     assert shares_to_weight(shares) == weight
     assert abs(weight_to_shares(weight) - shares) < 30
+
+
+class SubsetCpusets(MemoryCgroupFiles):
+    """Simulated cgroups with the kernel's cpuset rule: a child's CPUs stay within its parent's
+    (EINVAL otherwise), `refuse_always` dirs refuse every cpuset write."""
+
+    def __init__(self, refuse_always=()):
+        super().__init__({"cpuset.cpus": "0-3"})
+        self.refuse_always = set(refuse_always)
+        self.tries: list[str] = []
+
+    def write(self, rel, resource, value):
+        self.tries.append(rel)
+        if resource == "cpuset.cpus":
+            parent = rel.rsplit("/", 1)[0]
+            wider = rel == POD and not set(parse_cpuset(str(value))) <= set(parse_cpuset(self.read(parent, resource)))
+            if rel in self.refuse_always or wider:
+                raise OSError(errno.EINVAL, "Invalid argument")
+        return super().write(rel, resource, value)
+
+
+def _count(strategy, outcome):
+    return WRITES.labels(strategy, outcome)._value.get()
+
+
+@pytest.mark.parametrize(
+    "refuse_always, tries, pod_cpus, written, errors",
+    [
+        # the pod (child) first: the kernel refuses it while the BE dir is narrower; after the
+        # rest of the round (the BE dir widened) it is tried once more and taken
+        ((), [POD, BE, POD], "0-7", 2, 0),
+        # a dir the kernel always refuses: tried twice, counted as an error, no event, unchanged
+        ((POD,), [POD, BE, POD], "0-3", 1, 1),
+    ],
+)
+def test_a_write_the_kernel_refuses_is_tried_again_after_the_rest(refuse_always, tries, pod_cpus, written, errors):
+    files = SubsetCpusets(refuse_always)
+    ex = Executor(files, "n1")
+    before = (_count("cpu_suppress", "written"), _count("cpu_suppress", "error"))
+    events = ex.write([CgroupWrite(POD, "cpuset.cpus", "0-7", "cpu_suppress", "pod"),
+                       CgroupWrite(BE, "cpuset.cpus", "0-7", "cpu_suppress", "qos")])
+    assert files.tries == tries
+    assert files.read(POD, "cpuset.cpus") == pod_cpus and files.read(BE, "cpuset.cpus") == "0-7"
+    assert [e.target["path"] for e in events] == ([BE, POD] if written == 2 else [BE])
+    after = (_count("cpu_suppress", "written"), _count("cpu_suppress", "error"))
+    assert (after[0] - before[0], after[1] - before[1]) == (written, errors)

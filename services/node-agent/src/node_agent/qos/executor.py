@@ -149,13 +149,9 @@ class Executor:
         `...`: attempted here). False: the kernel refused it, to be tried again after the rest."""
         if attempt is ...:
             attempt = self._attempt(w)
-        try:
-            if isinstance(attempt, Exception):
-                raise attempt
-            change = attempt
-        except CgroupPathError:
+        if isinstance(attempt, CgroupPathError):
             outcome = "refused"  # and logged once, where it was refused (collect.cgroups.refused)
-        except UnsupportedFile:
+        elif isinstance(attempt, UnsupportedFile):
             outcome = "unsupported"
             if w.resource not in self.unsupported:
                 self.unsupported.add(w.resource)
@@ -164,29 +160,28 @@ class Executor:
                 events.append(Event(kind=subjects.EVENT_QOS, node=self.node, action="unsupported", reason=w.resource,
                                     target={"path": w.rel, "file": w.resource}, details={"strategy": w.strategy},
                                     **stamp))  # fmt: skip
-        except OSError as exc:
+        elif isinstance(attempt, OSError):
             if not retry:
                 return False
             outcome = "error"
-            log.warning("cgroup write failed", extra={"dir": w.rel, "file": w.resource, "error": str(exc)})
+            log.warning("cgroup write failed", extra={"dir": w.rel, "file": w.resource, "error": str(attempt)})
+        elif attempt is None:
+            outcome = "unchanged"
         else:
-            if change is None:
-                outcome = "unchanged"
-            else:
-                outcome = "dry_run" if self.dry_run else "written"
-                old, new = change
-                events.append(
-                    Event(
-                        kind=subjects.EVENT_QOS,
-                        node=self.node,
-                        action=w.strategy,
-                        reason=f"{w.resource} {old} -> {new}",
-                        dry_run=self.dry_run,
-                        target={"path": w.rel, "file": w.resource, "level": w.level},
-                        details={"old": old, "new": new, "value": w.value, **({"inputs": w.inputs} if w.inputs else {})},
-                        **stamp,
-                    )
+            outcome = "dry_run" if self.dry_run else "written"
+            old, new = attempt
+            events.append(
+                Event(
+                    kind=subjects.EVENT_QOS,
+                    node=self.node,
+                    action=w.strategy,
+                    reason=f"{w.resource} {old} -> {new}",
+                    dry_run=self.dry_run,
+                    target={"path": w.rel, "file": w.resource, "level": w.level},
+                    details={"old": old, "new": new, "value": w.value, **({"inputs": w.inputs} if w.inputs else {})},
+                    **stamp,
                 )
+            )
         key = (w.strategy, outcome)
         tally[key] = tally.get(key, 0) + 1
         return True
