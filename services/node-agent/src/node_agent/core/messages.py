@@ -423,7 +423,8 @@ def _group_metrics(hs, windows, now_ms, aggregate_s, durations_s, report_interva
 def _aggregated(stats, row: int, duration_s: int) -> AggregatedUsage:
     if not len(stats.ok) or not stats.ok[row] or not stats.pct:
         return AggregatedUsage(duration_s=duration_s)
-    pct = stats.pct_rows  # the fields spelt out: this runs for every node and window each minute
-    return AggregatedUsage(duration_s=duration_s, avg=to_resources(stats.avg_rows[row]),
-                           p50=to_resources(pct["p50"][row]), p90=to_resources(pct["p90"][row]),
-                           p95=to_resources(pct["p95"][row]), p99=to_resources(pct["p99"][row]))
+    return AggregatedUsage(
+        duration_s=duration_s,
+        avg=to_resources(stats.avg_rows[row]),
+        **{name: to_resources(rows[row]) for name, rows in stats.pct_rows.items()},
+    )

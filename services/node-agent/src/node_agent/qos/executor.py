@@ -13,7 +13,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from types import EllipsisType
 
 from koordcommon import subjects
 from koordcommon.schemas import Event
@@ -72,14 +71,8 @@ class Executor:
 
     async def apply(self, plan: list[Action], memory: QoSMemory, now_ms: int) -> list[Event]:
         """The whole plan: its cgroup writes in order, then its evictions; the events of both."""
-        writes: list[CgroupWrite] = []
-        evictions: list[Eviction] = []
-        for a in plan:
-            (writes if isinstance(a, CgroupWrite) else evictions).append(a)
-        events = self.write(writes, now_ms)
-        if not evictions:
-            return events
-        return events + await self.evict(evictions, memory, now_ms)
+        events = self.write([a for a in plan if isinstance(a, CgroupWrite)], now_ms)
+        return events + await self.evict([a for a in plan if isinstance(a, Eviction)], memory, now_ms)
 
     async def evict(self, evictions: list[Eviction], memory: QoSMemory, now_ms: int) -> list[Event]:
         """Evictions in order; a requested one (or, in dry-run, a reported one) marks its pod
@@ -120,14 +113,10 @@ class Executor:
         tally: dict[tuple[str, str], int] = {}  # (strategy, outcome) -> writes, counted once a round
         stamp = {} if now_ms is None else {"ts": now_ms}  # the events carry the round's time
         for w in writes:
-            attempt = self._attempt(w)
-            if attempt is None:  # most planned values are in place already: settled in one step
-                key = (w.strategy, "unchanged")
-                tally[key] = tally.get(key, 0) + 1
-            elif not self._one(w, events, False, tally, stamp, attempt):
+            if not self._one(w, events, False, tally, stamp, self._attempt(w)):
                 refused.append(w)
         for w in refused:  # an ordering the kernel refused (child wider than parent) settles now
-            self._one(w, events, True, tally, stamp)
+            self._one(w, events, True, tally, stamp, self._attempt(w))
         for (strategy, outcome), n in tally.items():
             _counted(strategy, outcome).inc(n)
         return events
@@ -144,11 +133,9 @@ class Executor:
             return exc
 
     def _one(self, w: CgroupWrite, events: list[Event], retry: bool, tally: dict[tuple[str, str], int],
-             stamp: dict, attempt: tuple[str, str] | None | Exception | EllipsisType = ...) -> bool:
-        """One write's outcome tallied and its change an event (`attempt`: what `_attempt` gave;
-        `...`: attempted here). False: the kernel refused it, to be tried again after the rest."""
-        if attempt is ...:
-            attempt = self._attempt(w)
+             stamp: dict, attempt: tuple[str, str] | None | Exception) -> bool:
+        """One write's outcome (`attempt`: what `_attempt` gave) tallied and its change an event.
+        False: the kernel refused it, to be tried again after the rest."""
         if isinstance(attempt, CgroupPathError):
             outcome = "refused"  # and logged once, where it was refused (collect.cgroups.refused)
         elif isinstance(attempt, UnsupportedFile):
