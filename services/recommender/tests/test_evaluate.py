@@ -4,7 +4,19 @@ import math
 import numpy as np
 import pytest
 from koordsim import traces
-from recommender.evaluate import GIB, Series, evaluate_dataset, genai_series, main, make_method, replay, totals
+from recommender.evaluate import (
+    GIB,
+    Result,
+    Score,
+    Series,
+    evaluate_dataset,
+    genai_series,
+    main,
+    make_method,
+    replay,
+    totals,
+    worst_containers,
+)
 
 T0 = 1_700_006_400.0
 
@@ -44,6 +56,20 @@ def test_replay_scores_policies_on_a_known_series():
         [0.0005 * (0.3 / 0.0005) ** (k / 27) for k in range(0, 28, 3)])
 
 
+@pytest.mark.parametrize(("overruns", "expected"), [
+    # 20 containers of 100 intervals: the 95th percentile sits at 0.95 x 19 = 18.05, between the
+    # two largest over-rates
+    ([0] * 19 + [50], 0.025),  # 0 + 0.05 x (0.50 - 0)
+    ([1] * 20, 0.01),  # every container 1 % over
+    ([0] * 18 + [10, 30], 0.11),  # 0.10 + 0.05 x (0.30 - 0.10)
+])
+def test_worst_containers_is_the_95th_percentile_of_their_own_over_rates(overruns, expected):
+    results = [Result(f"c{i}", {"cpu": Score(n=100, used=50.0, request={"m": 100.0}, overruns={"m": o}, events={"m": 0})})
+               for i, o in enumerate(overruns)]
+    assert worst_containers(results, "cpu", "m") == pytest.approx(expected)
+    assert math.isnan(worst_containers(results, "memory", "m"))
+
+
 def _run(tmp_path, capsys, *extra: str) -> str:
     assert main(["--vms", "3", "--genai-pods", "3", "--jobs", "1", "--no-sweep", "--out", str(tmp_path), *extra]) == 0
     out = capsys.readouterr().out
@@ -55,8 +81,9 @@ def _run(tmp_path, capsys, *extra: str) -> str:
     rows = report["bitbrains"]["cpu"]["rows"]
     assert list(rows) == [
         "provisioned", "fixed max", "hindsight peaks", "vpa", "autopilot-window", "autopilot-window-max",
-        "autopilot-window-rise", "autopilot-ml", "oracle", "oracle, pooled",
+        "autopilot-window-rise", "autopilot-ml", "autopilot-ml-units", "oracle", "oracle, pooled",
     ]
+    assert all("worst_5pct_over_rate" in row for p, row in rows.items() if not p.startswith("oracle"))
     assert report["sample"] == ("--sample" in extra)
     return out
 

@@ -81,7 +81,7 @@ def test_the_setting_names_the_methods():
     assert Settings(method="autopilot-ml").method == "autopilot-ml"
     # the window's preset is a method of its own: a workload (or the cluster) names it
     state = build_state(Settings(method="autopilot-window-rise", window_memory={"percentile": 0.9}))
-    assert set(state.methods) == {"autopilot-window", "autopilot-window-rise", "autopilot-ml"}
+    assert set(state.methods) == {"autopilot-window", "autopilot-window-rise", "autopilot-ml", "autopilot-ml-units"}
     rise = state.methods["autopilot-window-rise"].memory.s
     assert (rise.statistic, rise.max_windows, rise.margin, rise.rise_headroom) == ("max", 12, 0.05, 1.0)
     assert rise.percentile == 0.98  # the window settings tune autopilot-window, not the preset

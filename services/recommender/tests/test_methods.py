@@ -16,7 +16,7 @@ import pytest
 from recommender.core.aggregate import AggregateState
 from recommender.core.estimator import EstimatorConfig, estimate
 from recommender.core.histogram import CPU_SCHEME
-from recommender.core.methods import METHODS, VPA, AutopilotWindowRise, Sample
+from recommender.core.methods import METHODS, VPA, AutopilotMLUnits, AutopilotWindowRise, Sample
 from recommender.core.methods.autopilot_ml import EnsembleModel, MLSettings
 from recommender.core.methods.autopilot_window import MovingWindow, WindowSettings
 from recommender.core.methods.window import SlidingMax
@@ -233,6 +233,49 @@ def test_ensemble_model_keeps_its_limit_when_moving_saves_less_than_the_change_c
     m.add(st, T0 + 3, 4.0)
     # moving to 4.124699 would save 0.079314 - 0.069955 = 0.0094 < 0.05: it stays
     assert m.value(st, T0 + 4)[0] == pytest.approx(END_3)
+
+
+@pytest.mark.parametrize(("unit", "costs", "limit"), [
+    # the history above (90 samples at 1 core, 10 at 3), one model, no margin; w_o 1, w_u 0.1
+    # share of L: 0.102565 at 1.016281, 0.060900 at 3.027157 (as above): 3.027157
+    (0.0, (0.10256456262068862, 0.06089987462521422), END_3),
+    # in cores: L = 1.016281: 0.1 + 0.1 x 0.9 (1.016281 - 0.987322) = 0.102606;
+    # L = 3.027157: 0.1 x (0.9 (3.027157 - 0.987322) + 0.1 (3.027157 - 2.950320)) = 0.184354:
+    # the tight limit, every tenth sample over
+    (1.0, (0.10260628, 0.18435351), END_1),
+    # in units of 10 cores the slack costs a tenth as much: 0.100261 and 0.018435
+    (10.0, (0.10026063, 0.01843535), END_3),
+])
+def test_underrun_in_resource_units_makes_a_large_slack_cost_more(unit, costs, limit):
+    s = MLSettings(half_lives_s=(1e12,), margins=(0.0,), w_over=1.0, w_under=0.1, underrun_unit=unit)
+    m = EnsembleModel(s, CPU_SCHEME)
+    st = m.new_state()
+    for i in range(100):
+        m.add(st, T0 + i * 1e-3, 1.0 if i < 90 else 3.0)
+    assert m.costs(st)[0][[0, 20]] == pytest.approx(costs, rel=1e-6)
+    assert m.value(st, T0 + 1)[0] == pytest.approx(limit, rel=1e-9)
+    # what the limit in force cost on the samples after it: 2 samples at 0.5 core
+    m.add(st, T0 + 2, 0.5)
+    m.add(st, T0 + 3, 0.5)
+    slack = 2 * (limit - 0.5)
+    assert st.under[0] == pytest.approx(slack / unit if unit else slack / limit, rel=1e-9)
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
+def test_underrun_unit_must_be_zero_or_a_positive_amount(value):
+    with pytest.raises(ValueError, match="underrun_unit"):
+        MLSettings(underrun_unit=value)
+
+
+@pytest.mark.parametrize(("scale", "cpu", "memory"), [
+    (1.0, (1.0, 0.05), (1024.0**3, 0.002)),  # the preset: cores and GiB
+    (2.0, (1.0, 0.1), (1024.0**3, 0.004)),  # the evaluation's knob scales both weights
+])
+def test_the_units_preset_counts_cores_and_gib(scale, cpu, memory):
+    m = AutopilotMLUnits(w_under_scale=scale)
+    assert (m.cpu.s.underrun_unit, m.cpu.s.w_under) == pytest.approx(cpu)
+    assert (m.memory.s.underrun_unit, m.memory.s.w_under) == pytest.approx(memory)
+    assert m.memory.s.peaks_only and not m.cpu.s.peaks_only
 
 
 # --------------------------------------------------------------------------- VPA and the interface

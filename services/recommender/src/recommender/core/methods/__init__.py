@@ -1,6 +1,6 @@
 """Recommender methods behind one interface (`base.Recommender`): VPA's, Autopilot's moving
 window (with its defaults, and the preset the evaluation found best for memory that climbs in
-steps) and Autopilot's ML ensemble. `METHODS` names them as the settings and the workload
+steps) and Autopilot's ML ensemble (underrun as a share of the limit, or in resource units). `METHODS` names them as the settings and the workload
 annotation do."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from koordcommon.suggest import closest
 
 from . import autopilot_ml as ml
 from . import autopilot_window as mw
-from .autopilot_ml import AutopilotML
+from .autopilot_ml import AutopilotML, AutopilotMLUnits
 from .autopilot_window import AutopilotWindow, AutopilotWindowRise
 from .base import Amounts, Recommendation, Recommender, Sample
 from .vpa import VPA
 
 METHODS: dict[str, type[Recommender]] = {
-    m.name: m for m in (VPA, AutopilotWindow, AutopilotWindowRise, AutopilotML)
+    m.name: m for m in (VPA, AutopilotWindow, AutopilotWindowRise, AutopilotML, AutopilotMLUnits)
 }
 
 # Fields a deployment may not change: they follow from the resource (memory takes one peak per
@@ -52,8 +52,8 @@ def configured_methods(
     ml_memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Recommender]:
     """The non-VPA methods with each resource's settings over its documented defaults
-    (VPA's own knobs are the service's estimator settings; the window's preset is fixed, the
-    window settings tune `autopilot-window`)."""
+    (VPA's own knobs are the service's estimator settings; the presets are fixed, the window
+    settings tune `autopilot-window`, the ML settings `autopilot-ml`)."""
     return {
         AutopilotWindow.name: AutopilotWindow(
             overridden(mw.CPU_DEFAULTS, window_cpu or {}, "window_cpu"),
@@ -64,11 +64,12 @@ def configured_methods(
             overridden(ml.CPU_DEFAULTS, ml_cpu or {}, "ml_cpu"),
             overridden(ml.MEMORY_DEFAULTS, ml_memory or {}, "ml_memory"),
         ),
+        AutopilotMLUnits.name: AutopilotMLUnits(),
     }
 
 
 __all__ = [
-    "METHODS", "VPA", "Amounts", "AutopilotML", "AutopilotWindow", "AutopilotWindowRise",
+    "METHODS", "VPA", "Amounts", "AutopilotML", "AutopilotMLUnits", "AutopilotWindow", "AutopilotWindowRise",
     "Recommendation", "Recommender", "Sample",
     "configured_methods", "overridden",
 ]  # fmt: skip
