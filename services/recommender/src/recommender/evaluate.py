@@ -55,7 +55,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -523,11 +523,29 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
 # --------------------------------------------------------------------------- main
 
 
-def _parallel(fn: Callable, work: list, jobs: int) -> list:
+def _parallel(fn: Callable, work: list, jobs: int, what: str = "", sizes: list[int] | None = None) -> list:
+    """fn over every item of `work` on `jobs` processes, results in `work`'s order; with `what`,
+    progress on stderr as items finish (`sizes`: how many of `what` each item holds)."""
+    sizes = sizes or [1] * len(work)
+    total, done = sum(sizes), 0
+
+    def finished(i: int) -> None:
+        nonlocal done
+        done += sizes[i]
+        if what:
+            print(f"\r  {what}: {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+
     if jobs == 1 or len(work) <= 1:
-        return [fn(w) for w in work]
+        out = []
+        for i, w in enumerate(work):
+            out.append(fn(w))
+            finished(i)
+        return out
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(fn, work))
+        futures = {pool.submit(fn, w): i for i, w in enumerate(work)}
+        for f in as_completed(futures):
+            finished(futures[f])
+        return [f.result() for f in futures]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -566,10 +584,12 @@ def main(argv: list[str] | None = None) -> int:
     vm_ids = traces.bitbrains_vm_ids(source)[: max(1, args.vms)]
     example = args.example_vm if args.example_vm is not None else vm_ids[0]
     jobs = max(1, args.jobs)
-    chunks = [vm_ids[i::jobs] for i in range(jobs)]
+    # small chunks, so that progress shows and the processes finish together
+    chunks = [c for c in (vm_ids[i::jobs * 10] for i in range(jobs * 10)) if c]
     bitbrains: list[Result] = []
     skipped = 0
-    for res, sk in _parallel(_bitbrains_job, [(c, 86400.0, update_s, points, example, source) for c in chunks if c], jobs):
+    work = [(c, 86400.0, update_s, points, example, source) for c in chunks]
+    for res, sk in _parallel(_bitbrains_job, work, jobs, "Bitbrains VMs replayed", [len(c) for c in chunks]):
         bitbrains += res
         skipped += sk
     bitbrains.sort(key=lambda r: int(r.name.rsplit("-", 1)[1]))
@@ -577,7 +597,9 @@ def main(argv: list[str] | None = None) -> int:
 
     pods = genai_series(args.genai_limit_gib * GIB, args.genai_pods or None, source)
     genai: list[Result] = []
-    for res in _parallel(_genai_job, [(pods[i::jobs], 3600.0, genai_update_s, points) for i in range(jobs) if pods[i::jobs]], jobs):
+    parts = [c for c in (pods[i::jobs * 10] for i in range(jobs * 10)) if c]
+    work = [(c, 3600.0, genai_update_s, points) for c in parts]
+    for res in _parallel(_genai_job, work, jobs, "GenAI pods replayed", [len(c) for c in parts]):
         genai += res
     genai.sort(key=lambda r: r.name)
     t_all = time.monotonic() - started
