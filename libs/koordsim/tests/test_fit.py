@@ -48,7 +48,7 @@ def test_the_table_judges_as_filter_reasons_does():
                 got = table.conditions[i] if code < 0 else table.reason(code, demand) if code else ""
                 assert got == want, (trial, k, node)
             rows = rng.sample(range(len(nodes)), rng.randrange(0, len(nodes) + 1))
-            assert table.least_allocated(rows, demand) == [
+            assert table.least_allocated(rows, demand).tolist() == [
                 fit.least_allocated_score(pod, nodes[i], nonzero[nodes[i].name]) for i in rows
             ]
             if rng.random() < 0.6:  # place it somewhere, as a scheduling pass assumes a bound pod

@@ -113,6 +113,7 @@ class FitTable:
                  nonzero: Mapping[str, Sequence[int]] | None = None) -> None:  # fmt: skip
         self.nodes = nodes
         self.index = {n.name: i for i, n in enumerate(nodes)}
+        self.names = np.array([n.name for n in nodes], dtype=object)  # names[rows].tolist(): a cycle's candidates
         self._requested = requested
         self._free: dict[str, np.ndarray] = {}
         self.conditions = [node_condition(n) for n in nodes]
@@ -146,13 +147,13 @@ class FitTable:
             arr[i] -= 1 if name == "pods" else requests.get(name, 0)
         self._nonzero[i] += nonzero
 
-    def least_allocated(self, rows: Sequence[int], demand: PodDemand) -> list[int]:
+    def least_allocated(self, rows: Sequence[int] | np.ndarray, demand: PodDemand) -> np.ndarray:
         """`least_allocated_score` of the nodes at `rows`, in that order."""
         alloc = self._alloc[rows]
         req = self._nonzero[rows] + np.array(demand.non_zero, dtype=np.int64)
         fits = (alloc != 0) & (req <= alloc)
         part = np.where(fits, (alloc - req) * MAX_NODE_SCORE // np.where(alloc == 0, 1, alloc), 0)
-        return (part.sum(axis=1) // 2).tolist()
+        return part.sum(axis=1) // 2
 
     def codes(self, demand: PodDemand) -> np.ndarray:
         code = (self.free("pods") < 1).astype(np.int64)

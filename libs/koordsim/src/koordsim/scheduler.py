@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Self
@@ -36,15 +36,45 @@ class ExtenderError(RuntimeError):
     """The extender failed in a way that fails the scheduling attempt (not 'unschedulable')."""
 
 
+class _Spelt(Mapping):
+    """A cycle's per-node figures (reasons, scores), spelt out by node name when first read: at
+    thousands of nodes, naming every candidate costs more than judging it, and a replay reads
+    them only for the pods left unschedulable."""
+
+    __slots__ = ("_build", "_data")
+
+    def __init__(self, build: Callable[[], dict]) -> None:
+        self._build: Callable[[], dict] | None = build
+        self._data: dict | None = None
+
+    def _get(self) -> dict:
+        if self._data is None:
+            self._data = self._build()  # type: ignore[misc]
+            self._build = None
+        return self._data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
 @dataclass(frozen=True)
 class ScheduleResult:
     namespace: str
     name: str
     node: str | None = None
-    reasons: dict[str, str] = field(default_factory=dict)  # node -> why it was filtered
+    reasons: Mapping[str, str] = field(default_factory=dict)  # node -> why it was filtered
     message: str = ""
     error: str = ""  # an extender/bind failure: the pod stays in the queue
-    scores: dict[str, int] = field(default_factory=dict)
+    scores: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def scheduled(self) -> bool:
@@ -84,14 +114,14 @@ def node_json(node: NodeRecord) -> dict[str, Any]:
     return obj
 
 
-def extender_args(pod: PodRecord, nodes: list[NodeRecord], node_cache_capable: bool,
-                  pod_obj: dict[str, Any] | None = None) -> dict[str, Any]:
+def extender_args(pod: PodRecord, nodes: list[NodeRecord] | None, node_cache_capable: bool,
+                  pod_obj: dict[str, Any] | None = None, names: list[str] | None = None) -> dict[str, Any]:
     """ExtenderArgs: `Pod` (`pod_obj` when the caller holds it already), and `NodeNames`
-    (cache-capable) or `Nodes`, the other null."""
+    (cache-capable: `names`, or the nodes') or `Nodes`, the other null."""
     obj = pod_json(pod) if pod_obj is None else pod_obj
     if node_cache_capable:
-        return {"Pod": obj, "Nodes": None, "NodeNames": [n.name for n in nodes]}
-    return {"Pod": obj, "Nodes": {"metadata": {}, "items": [node_json(n) for n in nodes]}, "NodeNames": None}
+        return {"Pod": obj, "Nodes": None, "NodeNames": [n.name for n in nodes or ()] if names is None else names}
+    return {"Pod": obj, "Nodes": {"metadata": {}, "items": [node_json(n) for n in nodes or ()]}, "NodeNames": None}
 
 
 class ExtenderScheduler:
@@ -176,15 +206,17 @@ class ExtenderScheduler:
         except ValueError as exc:
             raise ExtenderError(f"failed {verb} with extender at URL {url}: invalid JSON: {exc}") from exc
 
-    def _args(self, pod: PodRecord, nodes: list[NodeRecord]) -> dict[str, Any]:
-        """The pod's JSON is built once per version while it waits (filter, prioritize, retries)."""
+    def _args(self, pod: PodRecord, names: list[str], nodes: Callable[[], list[NodeRecord]]) -> dict[str, Any]:
+        """The pod's JSON is built once per version while it waits (filter, prioritize, retries);
+        the candidates' JSON (`nodes()`) only when the extender is not cache-capable."""
+        listed = None if self.node_cache_capable else nodes()
         key = (pod.uid, pod.resource_version)
         if not (pod.uid and pod.resource_version):
-            return extender_args(pod, nodes, self.node_cache_capable)
+            return extender_args(pod, listed, self.node_cache_capable, names=names)
         obj = self._json.get(key)
         if obj is None:
             obj = self._json[key] = pod_json(pod)
-        return extender_args(pod, nodes, self.node_cache_capable, obj)
+        return extender_args(pod, listed, self.node_cache_capable, obj, names)
 
     def is_interested(self, pod: PodRecord) -> bool:
         if not self.managed_resources:
@@ -200,29 +232,40 @@ class ExtenderScheduler:
         self, pod: PodRecord, nodes: list[NodeRecord]
     ) -> tuple[list[NodeRecord], dict[str, str], dict[str, str]]:
         """(feasible nodes, FailedNodes, FailedAndUnresolvableNodes) as the extender answered."""
-        reply = await self._send(self.filter_verb, self._args(pod, nodes))
+        by_name = {n.name: n for n in nodes}
+        kept, failed, unresolvable = await self._filter(pod, list(by_name), lambda: nodes)
+        return [by_name[k] for k in kept], failed, unresolvable
+
+    async def _filter(self, pod: PodRecord, names: list[str], nodes: Callable[[], list[NodeRecord]]
+                      ) -> tuple[list[str], dict[str, str], dict[str, str]]:  # fmt: skip
+        """The filter verb over the candidates `names`: (the names kept, FailedNodes,
+        FailedAndUnresolvableNodes)."""
+        reply = await self._send(self.filter_verb, self._args(pod, names, nodes))
         if not isinstance(reply, dict):
             raise ExtenderError(f"failed {self.filter_verb} with extender at URL {self.url_prefix}: not an object")
         error = _ci(reply, "Error")
         if error:
             raise ExtenderError(str(error))
-        by_name = {n.name: n for n in nodes}
-        names = _ci(reply, "NodeNames")
+        sent = set(names)
+        got = _ci(reply, "NodeNames")
         node_list = _ci(reply, "Nodes")
-        if self.node_cache_capable and names is not None:
-            kept = []
-            for name in names:
-                if name not in by_name:
-                    raise ExtenderError(
-                        f'extender "{self.url_prefix}" claims a filtered node "{name}" which is not found in the input node list'
-                    )
-                kept.append(by_name[name])
+        if self.node_cache_capable and got is not None:
+            kept = got if isinstance(got, list) else []
+            try:
+                known = sent.issuperset(kept)
+            except TypeError:  # a name that is not a string (a list, an object)
+                known = False
+            if not known:
+                name = next(n for n in kept if not isinstance(n, str) or n not in sent)
+                raise ExtenderError(
+                    f'extender "{self.url_prefix}" claims a filtered node "{name}" which is not found in the input node list'
+                )
         elif node_list is not None:
             kept = []
             for item in _ci(node_list, "items") or []:
                 name = _ci(_ci(item, "metadata"), "name")
-                if name in by_name:
-                    kept.append(by_name[name])
+                if isinstance(name, str) and name in sent:
+                    kept.append(name)
         else:
             kept = []  # both null: every node filtered
         unresolvable = {str(k): str(v) for k, v in (_ci(reply, "FailedAndUnresolvableNodes") or {}).items()}
@@ -231,26 +274,41 @@ class ExtenderScheduler:
 
     async def extender_prioritize(self, pod: PodRecord, nodes: list[NodeRecord]) -> dict[str, int]:
         """Host -> score x weight x 10; any error means no score from the extender."""
+        names = [n.name for n in nodes]
+        scores = await self._prioritize(pod, names, lambda: nodes)
+        return {} if scores is None else dict(zip(names, scores.tolist(), strict=True))
+
+    async def _prioritize(self, pod: PodRecord, names: list[str], nodes: Callable[[], list[NodeRecord]]
+                          ) -> np.ndarray | None:  # fmt: skip
+        """The prioritize verb over the candidates `names`: each one's score x weight x 10 (0
+        for a candidate the reply leaves out), None when there is no score from the extender."""
         if not self.prioritize_verb or self.weight <= 0:
-            return {}
+            return None
         try:
-            reply = await self._send(self.prioritize_verb, self._args(pod, nodes))
+            reply = await self._send(self.prioritize_verb, self._args(pod, names, nodes))
         except ExtenderError as exc:
             log.info("extender prioritize ignored", extra={"error": str(exc)})
-            return {}
+            return None
         if not isinstance(reply, list):
-            return {}
-        candidates = {n.name for n in nodes}
+            return None
         factor = self.weight * (fit.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+        try:  # the extender's own reply: every candidate once, in the order asked, integer scores
+            hosts = [hp["Host"] for hp in reply]
+            scores = [hp["Score"] for hp in reply]
+        except (TypeError, KeyError):
+            hosts = None
+        if hosts == names and set(map(type, scores)) <= {int}:
+            return np.array(scores, dtype=np.int64) * factor
         out: dict[str, int] = {}
+        candidates = set(names)
         for hp in reply:
             if type(hp) is dict and "Host" in hp and "Score" in hp:  # the extender's own spelling
                 host, score = hp["Host"], hp["Score"]
             else:
                 host, score = _ci(hp, "Host"), _ci(hp, "Score")
-            if host in candidates and type(score) is int:  # JSON integers (not true/false)
+            if isinstance(host, str) and host in candidates and type(score) is int:  # JSON integers (not true/false)
                 out[host] = out.get(host, 0) + score * factor
-        return out
+        return np.array([out.get(n, 0) for n in names], dtype=np.int64)
 
     async def extender_bind(self, pod: PodRecord, node: str) -> None:
         """The extender binds the pod; its `Error` fails the binding (the pod is retried)."""
@@ -308,79 +366,102 @@ class ExtenderScheduler:
             results.append(res)
         return results
 
-    def _in_tree_filter(self, snap: _Snapshot, demand: fit.PodDemand) -> tuple[list[NodeRecord], dict[str, str]]:
+    def _in_tree_filter(self, snap: _Snapshot, demand: fit.PodDemand) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """kube-scheduler's filter pass: the nodes from where the last cycle stopped, until enough
-        are feasible (`num_feasible_nodes_to_find`); the reasons of the nodes judged unfit."""
+        are feasible (`num_feasible_nodes_to_find`). (rows of the feasible nodes, rows judged,
+        their codes): `_in_tree_reasons` spells the codes out."""
         table = snap.table
-        nodes = table.nodes
-        n = len(nodes)
+        n = len(table.nodes)
         if not n:
-            return [], {}
+            empty = np.zeros(0, dtype=np.intp)
+            return empty, empty, empty
         want = max(fit.num_feasible_nodes_to_find(n, self.percentage), 1)
         order = (np.arange(n) + self._next_start) % n
         codes = table.codes(demand)[order]
         fits = np.flatnonzero(codes == 0)
         processed = int(fits[want - 1]) + 1 if len(fits) >= want else n
         self._next_start = (self._next_start + processed) % n
-        feasible = [nodes[i] for i in order[fits[:want]].tolist()]
+        return order[fits[:want]], order[:processed], codes[:processed]
+
+    @staticmethod
+    def _in_tree_reasons(table: fit.FitTable, demand: fit.PodDemand, judged: np.ndarray, codes: np.ndarray
+                         ) -> dict[str, str]:  # fmt: skip
+        """Node -> why the in-tree filter found it unfit, in the order judged."""
         reasons: dict[str, str] = {}
         texts: dict[int, str] = {}  # a code's reasons, spelt out once a cycle
-        for i, code in zip(order[:processed].tolist(), codes[:processed].tolist(), strict=True):
+        unfit = np.flatnonzero(codes != 0)
+        for i, code in zip(judged[unfit].tolist(), codes[unfit].tolist(), strict=True):
             if code > 0:
                 text = texts.get(code)
                 if text is None:
                     text = texts[code] = table.reason(code, demand)
-                reasons[nodes[i].name] = text
-            elif code < 0:
-                reasons[nodes[i].name] = table.conditions[i]  # type: ignore[assignment]
-        return feasible, reasons
+                reasons[table.nodes[i].name] = text
+            else:
+                reasons[table.nodes[i].name] = table.conditions[i]  # type: ignore[assignment]
+        return reasons
 
     async def _cycle(self, pod: PodRecord, snap: _Snapshot, demand: fit.PodDemand | None = None) -> ScheduleResult:
         """One scheduling cycle; a pod bound is counted on its node at once (`demand`: the pod's,
-        when the caller derived it already)."""
+        when the caller derived it already). The candidates are rows of the pass's table."""
         if demand is None:
             demand = fit.PodDemand.of(pod)
-        feasible, reasons = self._in_tree_filter(snap, demand)
-        if feasible and self.filter_verb and self.is_interested(pod):
+        table = snap.table
+        rows, judged, codes = self._in_tree_filter(snap, demand)
+        names: list[str] = table.names[rows].tolist()
+        extender_said: dict[str, str] = {}  # FailedNodes and FailedAndUnresolvableNodes
+        dropped: list[str] = []  # candidates the extender left out without a reason
+
+        def nodes() -> list[NodeRecord]:
+            return [table.nodes[i] for i in rows.tolist()]
+
+        def reasons() -> dict[str, str]:
+            out = self._in_tree_reasons(table, demand, judged, codes)
+            out.update(extender_said)
+            for name in dropped:
+                out.setdefault(name, "filtered by extender")
+            return out
+
+        if names and self.filter_verb and self.is_interested(pod):
             try:
-                kept, failed, unresolvable = await self.extender_filter(pod, feasible)
+                kept, failed, unresolvable = await self._filter(pod, names, nodes)
             except ExtenderError as exc:
                 if not self.ignorable:
-                    return ScheduleResult(pod.namespace, pod.name, reasons=reasons, error=str(exc))
+                    return ScheduleResult(pod.namespace, pod.name, reasons=reasons(), error=str(exc))
                 log.info("ignorable extender filter failed", extra={"error": str(exc)})
             else:
-                reasons.update(failed)
-                reasons.update(unresolvable)
-                kept_names = {n.name for n in kept}
-                for n in feasible:
-                    if n.name not in kept_names and n.name not in reasons:
-                        reasons[n.name] = "filtered by extender"
-                feasible = [n for n in feasible if n.name in kept_names]
-        if not feasible:
-            return ScheduleResult(
-                pod.namespace, pod.name, reasons=reasons, message=fit.unschedulable_message(len(snap.table.nodes), reasons)
-            )
-        scores: dict[str, int] = {}
-        if len(feasible) == 1:
-            chosen = feasible[0].name
+                extender_said = {**failed, **unresolvable}
+                if kept != names:
+                    keep = set(kept)
+                    mask = np.fromiter((n in keep for n in names), dtype=bool, count=len(names))
+                    dropped = [n for n, k in zip(names, mask.tolist(), strict=True) if not k]
+                    rows, names = rows[mask], [n for n, k in zip(names, mask.tolist(), strict=True) if k]
+        if not names:
+            why = reasons()
+            return ScheduleResult(pod.namespace, pod.name, reasons=why,
+                                  message=fit.unschedulable_message(len(table.nodes), why))  # fmt: skip
+        scores: Mapping[str, int] = {}
+        if len(names) == 1:
+            chosen = names[0]
         else:
-            index = snap.table.index
-            in_tree = snap.table.least_allocated([index[n.name] for n in feasible], demand)
-            scores = dict(zip([n.name for n in feasible], in_tree, strict=True))
+            total = table.least_allocated(rows, demand)
             if self.is_interested(pod):
-                for host, s in (await self.extender_prioritize(pod, feasible)).items():
-                    scores[host] += s
-            best = max(scores.values())
-            chosen = min(name for name, score in scores.items() if score == best)  # ties: the first name
+                extra = await self._prioritize(pod, names, nodes)
+                if extra is not None:
+                    total = total + extra
+            best = np.flatnonzero(total == total.max()).tolist()
+            chosen = names[best[0]] if len(best) == 1 else min(names[i] for i in best)  # ties: the first name
+            final = total.tolist()
+            scores = _Spelt(lambda: dict(zip(names, final, strict=True)))
         try:
             if self.bind_verb and self.is_interested(pod):
                 await self.extender_bind(pod, chosen)
             else:
                 await self.cluster.bind_pod(pod.namespace, pod.name, chosen, pod.uid)
         except Exception as exc:  # noqa: BLE001 - any backend's refusal (pod gone, already bound) requeues the pod
-            return ScheduleResult(pod.namespace, pod.name, reasons=reasons, error=f"binding rejected: {exc}", scores=scores)
+            return ScheduleResult(pod.namespace, pod.name, reasons=_Spelt(reasons), error=f"binding rejected: {exc}",
+                                  scores=scores)  # fmt: skip
         snap.assume(pod, chosen, demand)
-        return ScheduleResult(pod.namespace, pod.name, node=chosen, reasons=reasons, scores=scores)
+        return ScheduleResult(pod.namespace, pod.name, node=chosen, reasons=_Spelt(reasons), scores=scores)
 
 
 @dataclass(frozen=True)
