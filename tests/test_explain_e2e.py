@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 
 import httpx
 import orjson
@@ -32,7 +33,16 @@ pytestmark = pytest.mark.e2e
 SPEED = 30.0
 REPORT_S = 60
 BATCH_CPU = "koordinator.sh/batch-cpu"
+DAY_MS = 86_400_000
 runner = CliRunner()
+
+
+def noon_yesterday_ms() -> int:
+    """The cluster starts at noon (UTC) of the day before: the pods' usage follows the trace's
+    time of day, and with it how much batch room the nodes have, so every run sees the same
+    hour; and a day back, not a fixed date, because the metrics-collector refuses measurements
+    more than 8 days older than its own clock."""
+    return (int(time.time() * 1000) // DAY_MS - 1) * DAY_MS + DAY_MS // 2
 
 
 def explain(*args: str):
@@ -43,7 +53,7 @@ def explain(*args: str):
 
 async def test_explain_node_and_pod_from_the_running_services(bus, bus_namespace, nats_url, tmp_path):
     pytest.importorskip("node_agent")
-    sim = SimCluster(SimSpec(nodes=3, online_pods_per_node=6, seed=11, speed=SPEED), bus=bus, genesis=True)
+    sim = SimCluster(SimSpec(nodes=3, online_pods_per_node=6, seed=11, speed=SPEED, start_ms=noon_yesterday_ms()), bus=bus, genesis=True)
     await sim.start()
     await bus.ensure_streams(subjects.NODEMETRIC_STREAM)
     base = dict(os.environ, NATS_URL=nats_url, KOORD_RESOURCE_PREFIX="koordinator.sh/")

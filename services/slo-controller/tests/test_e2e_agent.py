@@ -20,11 +20,14 @@ pytestmark = pytest.mark.e2e
 SPEED = 30.0
 REPORT_S = 60  # simulated seconds between NodeMetrics
 BATCH_CPU = "koordinator.sh/batch-cpu"
+# The traces' instant the cluster starts at, the same every run: the pods' usage follows the
+# trace's time of day, and with it how much batch room the nodes have when the test looks.
+START_MS = 1_796_601_600_000  # 2026-12-07 00:00 UTC
 
 
 async def test_agent_usage_rise_lowers_batch_and_silence_degrades(bus, bus_namespace, nats_url, tmp_path):
     pytest.importorskip("node_agent")
-    sim = SimCluster(SimSpec(nodes=3, online_pods_per_node=6, seed=11, speed=SPEED), bus=bus, genesis=True)
+    sim = SimCluster(SimSpec(nodes=3, online_pods_per_node=6, seed=11, speed=SPEED, start_ms=START_MS), bus=bus, genesis=True)
     await sim.start()
     await bus.ensure_streams(subjects.NODEMETRIC_STREAM)
     base = dict(os.environ, NATS_URL=nats_url, KOORD_RESOURCE_PREFIX="koordinator.sh/")
