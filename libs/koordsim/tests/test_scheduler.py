@@ -267,9 +267,14 @@ async def test_fixture_filter_result_decodes(cluster, extender):
         kept, failed, unresolvable = await sched.extender_filter(pod, nodes)
         assert [n.name for n in kept] == ["node1"]
         assert failed == {"foo": "bar"} and unresolvable == {"baz": "qux"}
-        state["raw"] = json.dumps(dict(no_error, NodeNames=["ghost"]))
-        with pytest.raises(ExtenderError, match='claims a filtered node "ghost"'):
-            await sched.extender_filter(pod, nodes)
+        for names, error in ((["ghost"], 'claims a filtered node "ghost"'),
+                             (["node1", 7], 'claims a filtered node "7"'),
+                             (["node1", ["node1"]], "claims a filtered node"),
+                             ("node1", "NodeNames is not an array"),
+                             ({"node1": 1}, "NodeNames is not an array")):
+            state["raw"] = json.dumps(dict(no_error, NodeNames=names))
+            with pytest.raises(ExtenderError, match=error):
+                await sched.extender_filter(pod, nodes)
     async with ExtenderScheduler(cluster, url, node_cache_capable=False) as sched:
         state["raw"] = json.dumps(dict(no_error, NodeNames=["ghost"]))
         kept, _, _ = await sched.extender_filter(pod, nodes)

@@ -250,7 +250,10 @@ class ExtenderScheduler:
         got = _ci(reply, "NodeNames")
         node_list = _ci(reply, "Nodes")
         if self.node_cache_capable and got is not None:
-            kept = got if isinstance(got, list) else []
+            if not isinstance(got, list):  # Go fails to decode it into []string
+                raise ExtenderError(f"failed {self.filter_verb} with extender at URL {self.url_prefix}: "
+                                    "NodeNames is not an array")  # fmt: skip
+            kept = got
             try:
                 known = sent.issuperset(kept)
             except TypeError:  # a name that is not a string (a list, an object)
