@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Self
@@ -21,6 +21,7 @@ from typing import Any, Self
 import httpx
 import numpy as np
 import orjson
+from koordcommon.deferred import Deferred
 from koordcommon.kube_codec import node_to_k8s, pod_to_k8s
 from koordcommon.records import NodeRecord, PodRecord, ResourceList
 
@@ -34,36 +35,6 @@ Transport = Callable[[str, bytes], Awaitable[tuple[int, bytes]]]
 
 class ExtenderError(RuntimeError):
     """The extender failed in a way that fails the scheduling attempt (not 'unschedulable')."""
-
-
-class _Spelt(Mapping):
-    """A cycle's per-node figures (reasons, scores), spelt out by node name when first read: at
-    thousands of nodes, naming every candidate costs more than judging it, and a replay reads
-    them only for the pods left unschedulable."""
-
-    __slots__ = ("_build", "_data")
-
-    def __init__(self, build: Callable[[], dict]) -> None:
-        self._build: Callable[[], dict] | None = build
-        self._data: dict | None = None
-
-    def _get(self) -> dict:
-        if self._data is None:
-            self._data = self._build()  # type: ignore[misc]
-            self._build = None
-        return self._data
-
-    def __getitem__(self, key: str) -> Any:
-        return self._get()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __repr__(self) -> str:
-        return repr(self._get())
 
 
 @dataclass(frozen=True)
@@ -454,17 +425,17 @@ class ExtenderScheduler:
             best = np.flatnonzero(total == total.max()).tolist()
             chosen = names[best[0]] if len(best) == 1 else min(names[i] for i in best)  # ties: the first name
             final = total.tolist()
-            scores = _Spelt(lambda: dict(zip(names, final, strict=True)))
+            scores = Deferred(lambda: dict(zip(names, final, strict=True)))
         try:
             if self.bind_verb and self.is_interested(pod):
                 await self.extender_bind(pod, chosen)
             else:
                 await self.cluster.bind_pod(pod.namespace, pod.name, chosen, pod.uid)
         except Exception as exc:  # noqa: BLE001 - any backend's refusal (pod gone, already bound) requeues the pod
-            return ScheduleResult(pod.namespace, pod.name, reasons=_Spelt(reasons), error=f"binding rejected: {exc}",
+            return ScheduleResult(pod.namespace, pod.name, reasons=Deferred(reasons), error=f"binding rejected: {exc}",
                                   scores=scores)  # fmt: skip
         snap.assume(pod, chosen, demand)
-        return ScheduleResult(pod.namespace, pod.name, node=chosen, reasons=_Spelt(reasons), scores=scores)
+        return ScheduleResult(pod.namespace, pod.name, node=chosen, reasons=Deferred(reasons), scores=scores)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 from koordcommon import subjects
 from koordcommon.bus import Bus
 from koordcommon.cluster.port import ClusterPort, EvictionOutcome
+from koordcommon.deferred import Deferred
 from koordcommon.records import PodRecord
 from koordcommon.resources import Resources
 from koordcommon.schemas import Event, NodeMetric
@@ -27,7 +28,7 @@ from .core import migration as mig
 from .core.anomaly import Detector
 from .core.config import LowNodeLoadArgs
 from .core.lownodeload import PROD_DETECTOR, Migration, RoundPlan, plan_round
-from .snapshot import Deferred, PodsByNode, node_states, replicas_by_workload, unavailable_by_workload
+from .snapshot import PodsByNode, node_states, replicas_by_workload, unavailable_by_workload
 
 log = logging.getLogger("descheduler")
 

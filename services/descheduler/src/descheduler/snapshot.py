@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from koordcommon.model import KubeQoS, PriorityClass, QoSClass, is_prod
 from koordcommon.records import NodeRecord, PodRecord
@@ -187,27 +186,6 @@ class PodsByNode(Mapping[str, list[PodState]]):
 
     def __len__(self) -> int:
         return len(self._records)
-
-
-class Deferred(Mapping[str, Any]):
-    """A mapping computed on first read (per-workload counts a round needs only when it moves a pod)."""
-
-    def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
-        self._build, self._data = build, None
-
-    def _get(self) -> dict[str, Any]:
-        if self._data is None:
-            self._data = self._build()
-        return self._data
-
-    def __getitem__(self, key: str) -> Any:
-        return self._get()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
 
 
 def _int_annotation(p: PodRecord, key: str) -> int:
