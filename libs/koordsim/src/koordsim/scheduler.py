@@ -406,9 +406,9 @@ class ExtenderScheduler:
                 extender_said = {**failed, **unresolvable}
                 if kept != names:
                     keep = set(kept)
-                    mask = np.fromiter((n in keep for n in names), dtype=bool, count=len(names))
-                    dropped = [n for n, k in zip(names, mask.tolist(), strict=True) if not k]
-                    rows, names = rows[mask], [n for n, k in zip(names, mask.tolist(), strict=True) if k]
+                    mask = [n in keep for n in names]  # the candidates' order stays the filter's
+                    dropped = [n for n, k in zip(names, mask, strict=True) if not k]
+                    rows, names = rows[np.array(mask, dtype=bool)], [n for n in names if n in keep]
         if not names:
             why = reasons()
             return ScheduleResult(pod.namespace, pod.name, reasons=why,
