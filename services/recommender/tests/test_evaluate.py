@@ -55,6 +55,12 @@ def test_replay_scores_policies_on_a_known_series():
     assert (pooled["mean_request"], pooled["over_rate"]) == (1.0, oracle["over_rate"])
     assert [p["knob"] for p in ev["sweeps"]["oracle, pooled"]["points"]] == pytest.approx(
         [0.0005 * (0.3 / 0.0005) ** (k / 27) for k in range(0, 28, 3)])
+    # the peak-window family at 2 of 576 above: the last hour's peak with no margin is 1 core,
+    # and 1.5 for the 12 intervals of the hour after each spike's; the two spikes are above
+    windowed = ev["rows"]["oracle, windows"]
+    assert windowed["mean_request"] == pytest.approx((576 + 2 * 12 * 0.5) / 576)
+    assert windowed["over_rate"] == pytest.approx(2 / 576)
+    assert len(ev["sweeps"]["oracle, windows"]["points"]) == 28
 
 
 @pytest.mark.parametrize(("overruns", "expected"), [
@@ -83,6 +89,7 @@ def _run(tmp_path, capsys, *extra: str) -> str:
     assert list(rows) == [
         "provisioned", "fixed max", "hindsight peaks", "vpa", "autopilot-window", "autopilot-window-max",
         "autopilot-window-rise", "autopilot-ml", "autopilot-ml-units", "oracle", "oracle, pooled",
+        "oracle, windows",
     ]
     assert all("worst_5pct_over_rate" in row for p, row in rows.items() if not p.startswith("oracle"))
     assert report["sample"] == ("--sample" in extra)

@@ -28,7 +28,13 @@ earlier samples. After a warm-up (1 day for Bitbrains, 1 h for GenAI) each inter
 - autopilot-window-rise: S_max over the last hour plus 5 % and once the largest rise from one
   window's peak to the next seen so far (decaying with the half-life), swept over that multiple;
 - oracle: per container the smallest fixed request with at most the target share of its scored
-  intervals above it (`core/oracle.py`), at the over-rate VPA reaches.
+  intervals above it (`core/oracle.py`), at the over-rate VPA reaches;
+- oracle, pooled: fixed requests chosen together in hindsight, the over-rate budget spent
+  where an overrun saves the most request;
+- oracle, windows: the peak-window family in hindsight: each refresh's request is the highest
+  usage of the last W hours x (1 + m), W (15 min ... 96 h) and m (0 ... 400 %) chosen per
+  container, the budget pooled as above: how far a peak-window method tuned to each container
+  in advance could go.
 
 slack = sum(request - used) / sum(request) over scored intervals (Autopilot's definition),
 over-rate = share of intervals with usage above the request, ratio to oracle = a method's slack
@@ -65,7 +71,7 @@ from .core.estimator import EstimatorConfig
 from .core.methods import VPA, AutopilotML, AutopilotMLUnits, AutopilotWindow, AutopilotWindowRise, Recommender, Sample
 from .core.methods import autopilot_ml as ml
 from .core.methods import autopilot_window as mw
-from .core.oracle import oracle_requests, pooled_oracle_requests
+from .core.oracle import family_windows, oracle_requests, pooled_oracle_requests, pooled_window_choice, window_family
 
 GIB = 1024**3
 BASELINES = ("provisioned", "fixed max", "hindsight peaks")
@@ -165,6 +171,8 @@ class Result:
     scores: dict[str, Score]  # resource -> score
     usage: dict[str, np.ndarray] = field(default_factory=dict)  # resource -> scored usage, sorted
     trace: dict[str, np.ndarray] | None = None  # kept for the plotted example
+    # resource -> (request sum, intervals above) of each member of the oracle's peak-window family
+    family: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def _score(used: np.ndarray, requests: dict[str, np.ndarray]) -> Score:
@@ -221,6 +229,7 @@ def replay(
             reqs[p] = requests[p][res][scored]
         result.scores[res] = _score(u, reqs)
         result.usage[res] = np.sort(u)
+        result.family[res] = window_family(used, block, scored, family_windows(update_s))
         if keep_trace:
             result.trace[f"{res}_used"] = used
             result.trace[f"{res}_provisioned"] = np.full(used.shape, float(prov))
@@ -318,6 +327,9 @@ class Oracle:
         self.usage = [r.usage[resource] for r in results if resource in r.usage]
         self.n = np.array([u.size for u in self.usage])
         self.used = float(sum(u.sum() for u in self.usage))
+        family = [r.family[resource] for r in results if resource in r.family]
+        self.family_request = np.array([f[0] for f in family]) if family else np.zeros((0, 0))
+        self.family_over = np.array([f[1] for f in family]) if family else np.zeros((0, 0))
 
     def at(self, rate: float) -> Point:
         return self._point(oracle_requests(self.usage, rate))
@@ -325,6 +337,19 @@ class Oracle:
     def pooled_at(self, rate: float) -> Point:
         """The bound for the pooled figures: the over-rate budget shared among the containers."""
         return self._point(pooled_oracle_requests(self.usage, rate))
+
+    def windowed_at(self, rate: float) -> Point:
+        """The bound of the peak-window family: per container the window and margin chosen in
+        hindsight, the over-rate budget shared among the containers."""
+        if not self.family_request.size:
+            return Point(math.nan, math.nan, 0.0)
+        n = int(self.n.sum())
+        j = pooled_window_choice(self.family_request, self.family_over, n, rate)
+        rows = np.arange(j.size)
+        total_req = float(self.family_request[rows, j].sum())
+        over = int(self.family_over[rows, j].sum())
+        slack = (total_req - self.used) / total_req if total_req > 0 else math.nan
+        return Point(slack, over / n if n else math.nan, total_req / n if n else 0.0)
 
     def _point(self, req: np.ndarray) -> Point:
         total_req = float((req * self.n).sum())
@@ -337,6 +362,7 @@ class Oracle:
 RATES = tuple(float(x) for x in np.geomspace(0.0005, 0.3, 28))
 POOLED_RATES = RATES[::3]  # each point prices every interval of every container many times over
 POOLED = "oracle, pooled"
+WINDOWED = "oracle, windows"
 
 
 def evaluate_dataset(results: list[Result], resources: tuple[str, ...], points: list[tuple[str, float]]) -> dict:
@@ -368,6 +394,10 @@ def evaluate_dataset(results: list[Result], resources: tuple[str, ...], points: 
             same = oracle.at(pooled.over)
             rows[POOLED] = pooled.as_dict() | {"target_over_rate": rows["vpa"]["over_rate"],
                                                "ratio_to_oracle": pooled.slack / same.slack if same.slack > 0 else math.nan}
+            windowed = oracle.windowed_at(rows["vpa"]["over_rate"])
+            same = oracle.at(windowed.over)
+            rows[WINDOWED] = windowed.as_dict() | {"target_over_rate": rows["vpa"]["over_rate"],
+                                                   "ratio_to_oracle": windowed.slack / same.slack if same.slack > 0 else math.nan}
         sweeps = {}
         for m in METHOD_NAMES:
             curve = []
@@ -380,6 +410,8 @@ def evaluate_dataset(results: list[Result], resources: tuple[str, ...], points: 
         sweeps["oracle"] = {"knob": "target over-rate", "points": [oracle.at(r).as_dict() | {"knob": r} for r in RATES]}
         sweeps[POOLED] = {"knob": "target over-rate",
                           "points": [oracle.pooled_at(r).as_dict() | {"knob": r} for r in POOLED_RATES]}
+        sweeps[WINDOWED] = {"knob": "target over-rate",
+                            "points": [oracle.windowed_at(r).as_dict() | {"knob": r} for r in RATES]}
         out[res] = {"intervals": tot.n, "containers": len(oracle.usage), "rows": rows, "sweeps": sweeps, "targets": targets(rows)}
     return out
 
@@ -453,7 +485,7 @@ COLORS = {"provisioned": "#999999", "fixed max": "#e6a23c", "hindsight peaks": "
           "autopilot-window": "#2ca02c", "autopilot-window-max": "#17becf",
           "autopilot-window-rise": "#9467bd", "autopilot-ml": "#d62728", "autopilot-ml-units": "#e377c2",
           "oracle": "black",
-          POOLED: "#555555"}
+          POOLED: "#555555", WINDOWED: "#555555"}
 
 
 def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str:
@@ -476,7 +508,7 @@ def plot(path: Path, title: str, ev: dict, example: Result | None = None) -> str
             oracle = m.startswith("oracle")
             if not oracle:
                 shown += y
-            style = {"color": COLORS[m], "lw": 2.0 if oracle else 1.3, "ls": "--" if m == POOLED else "-"}
+            style = {"color": COLORS[m], "lw": 2.0 if oracle else 1.3, "ls": {POOLED: "--", WINDOWED: ":"}.get(m, "-")}
             ax.plot(x, y, marker=None if oracle else "o", ms=3, label=f"{m} ({sw['knob']})", **style)
         for p, row in d["rows"].items():
             if p.startswith("oracle"):

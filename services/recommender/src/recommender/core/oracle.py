@@ -10,6 +10,12 @@ intervals, unused request over all request). `pooled_oracle_requests` is the hin
 that pooled figure: fixed requests chosen together, so that the over-rate budget goes to the
 containers where an overrun saves the most request (a large container with rare peaks) rather
 than the same share to each.
+
+`window_family` and `pooled_window_choice` are the bound of a family of methods rather than of
+fixed requests: each refresh's request is the highest usage of the last W hours times (1 + m),
+with W and m chosen per container in hindsight and the over-rate budget pooled as above. It
+says how far a peak-window recommender tuned to each container could go if it knew the best
+tuning in advance.
 """
 
 from __future__ import annotations
@@ -99,6 +105,87 @@ def pooled_oracle_requests(sorted_usage: list[np.ndarray], rate: float) -> np.nd
             hi, best = mid, choice
             if over == budget:
                 break  # the whole budget is spent: a lower price could only go over it
+        else:
+            lo = mid
+    return best
+
+
+# The peak-window family of `window_family`: windows of history in seconds (each at least one
+# refresh interval; equal block counts are one window) and relative margins.
+FAMILY_WINDOWS_S = (900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600, 48 * 3600, 96 * 3600)
+FAMILY_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5,
+                  0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.5, 3.0, 4.0)  # fmt: skip
+
+
+def family_windows(update_s: float, windows_s: tuple[float, ...] = FAMILY_WINDOWS_S) -> list[int]:
+    """The family's windows in refresh intervals (blocks), at least 1, each count once."""
+    out: list[int] = []
+    for w in windows_s:
+        b = max(1, round(w / update_s))
+        if b not in out:
+            out.append(b)
+    return out
+
+
+def window_family(used: np.ndarray, block: np.ndarray, scored: np.ndarray, windows: list[int],
+                  margins: tuple[float, ...] = FAMILY_MARGINS) -> tuple[np.ndarray, np.ndarray]:
+    """(request summed over the scored intervals, scored intervals above the request) of every
+    member of the peak-window family, window major: the request of refresh block k is the
+    highest usage in blocks k - w ... k - 1 (those that hold samples) times (1 + margin), 0 when
+    none before it holds one. `block`: each interval's refresh block (0, 1, ... in time order)."""
+    used = np.asarray(used, dtype=np.float64)
+    nb = int(block[-1]) + 1 if block.size else 0
+    peaks = np.full(nb, -np.inf)
+    np.maximum.at(peaks, block, used)
+    u = used[scored]
+    b = block[scored]
+    factor = 1.0 + np.asarray(margins, dtype=np.float64)
+    by_window: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    prev = np.full(nb, -np.inf)  # highest peak of the last `shift` blocks before each block
+    shift = 0
+    for w in sorted(windows):  # each window extends the one before it
+        while shift < min(w, nb):
+            shift += 1
+            prev[shift:] = np.maximum(prev[shift:], peaks[:-shift])
+        base = np.where(np.isfinite(prev), prev, 0.0)[b]
+        limits = base[:, None] * factor[None, :]
+        by_window[w] = (limits.sum(axis=0), (u[:, None] > limits).sum(axis=0))
+    return (np.concatenate([by_window[w][0] for w in windows]),
+            np.concatenate([by_window[w][1] for w in windows]).astype(np.int64))
+
+
+def pooled_window_choice(request: np.ndarray, over: np.ndarray, n: int, rate: float) -> np.ndarray:
+    """Per container (rows of `request` / `over`, one column per family member), the member
+    that leaves the least request unused in all with at most floor(rate x n) of the n scored
+    intervals above, chosen as `pooled_oracle_requests` chooses: a price per interval above,
+    the smallest price whose choices keep within the budget (bisection). On a tie the member
+    with fewer intervals above. When even the fewest overruns each container can have exceed
+    the budget, those are the choice."""
+    if not 0 <= rate <= 1:
+        raise ValueError("rate must be in [0, 1]")
+    request = np.asarray(request, dtype=np.float64)
+    over = np.asarray(over, dtype=np.float64)
+    rows = np.arange(request.shape[0])
+
+    def choose(price: float) -> tuple[np.ndarray, int]:
+        cost = request + price * over
+        low = cost.min(axis=1, keepdims=True)
+        j = np.where(cost == low, over, np.inf).argmin(axis=1)  # the tie with the fewest above
+        return j, int(over[rows, j].sum())
+
+    budget = allowed_over(n, rate)
+    best, spent = choose(0.0)
+    if spent <= budget or not request.size:
+        return best
+    lo, hi = 0.0, float((request.max(axis=1) - request.min(axis=1)).max()) + 1.0
+    best, _ = choose(hi)  # the fewest overruns of each container
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2
+        choice, spent = choose(mid)
+        if spent <= budget:
+            hi, best = mid, choice
+            if spent == budget:
+                break
         else:
             lo = mid
     return best
