@@ -21,6 +21,7 @@ tuning in advance.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -92,15 +93,23 @@ def pooled_oracle_requests(sorted_usage: list[np.ndarray], rate: float) -> np.nd
     if not 0 <= rate <= 1:
         raise ValueError("rate must be in [0, 1]")
     pool = _Pooled(sorted_usage)
-    budget = allowed_over(pool.n, rate)
-    best, over = pool.choose(0.0)
+    # at `widest` + 1 every container keeps its peak: nothing above
+    return _priced(pool.choose, allowed_over(pool.n, rate), pool.widest + 1.0)
+
+
+def _priced(choose: Callable[[float], tuple[np.ndarray, int]], budget: int, high: float) -> np.ndarray:
+    """The Lagrangian choice: `choose(price)` gives the choice that minimises unused request +
+    price x intervals above, and its intervals above; this finds the smallest price whose choice
+    keeps within `budget` (bisection from 0 to `high`, a price at which the choice has the fewest
+    intervals above it can have) and returns that choice (at `high` when none keeps within)."""
+    best, over = choose(0.0)
     if over <= budget:
         return best
-    lo, hi = 0.0, pool.widest + 1.0  # at hi every container keeps its peak: nothing above
-    best, _ = pool.choose(hi)
+    lo, hi = 0.0, high
+    best, _ = choose(hi)
     while hi - lo > 1e-9 * hi:  # the prices where a choice changes are far wider apart than this
         mid = (lo + hi) / 2
-        choice, over = pool.choose(mid)
+        choice, over = choose(mid)
         if over <= budget:
             hi, best = mid, choice
             if over == budget:
@@ -173,19 +182,8 @@ def pooled_window_choice(request: np.ndarray, over: np.ndarray, n: int, rate: fl
         j = np.where(cost == low, over, np.inf).argmin(axis=1)  # the tie with the fewest above
         return j, int(over[rows, j].sum())
 
-    budget = allowed_over(n, rate)
-    best, spent = choose(0.0)
-    if spent <= budget or not request.size:
-        return best
-    lo, hi = 0.0, float((request.max(axis=1) - request.min(axis=1)).max()) + 1.0
-    best, _ = choose(hi)  # the fewest overruns of each container
-    while hi - lo > 1e-9 * hi:
-        mid = (lo + hi) / 2
-        choice, spent = choose(mid)
-        if spent <= budget:
-            hi, best = mid, choice
-            if spent == budget:
-                break
-        else:
-            lo = mid
-    return best
+    if not request.size:
+        return np.zeros(request.shape[0], dtype=np.int64)
+    # at this price every container takes a member with the fewest intervals above it can have
+    high = float((request.max(axis=1) - request.min(axis=1)).max()) + 1.0
+    return _priced(choose, allowed_over(n, rate), high)
