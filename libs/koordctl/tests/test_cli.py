@@ -130,6 +130,8 @@ def test_recommendations_with_savings(recommender_url):
     table = run("recommendations", "--recommender", recommender_url)
     assert "shop/Deployment/web" in table.stdout and "estimated savings 0.0 cores" in table.stdout
     assert "provisional" in table.stdout and "2 provisional recommendation(s)" in table.stdout
+    assert all(c["method"]["used"] == "vpa" for w in data["items"] for c in w["containers"])
+    assert "method" in table.stdout and "vpa" in table.stdout
 
 
 def test_events_from_the_collector(collector_url):

@@ -180,6 +180,8 @@ def test_api_workload_detail(client):
     assert app["recommendation"]["confidence"] < 1 and app["provisional"] is True and body["provisional"] is True
     assert body["estimated_savings"] is None
     assert body["provisional_savings"]["cpu_milli"] >= app["estimated_savings"]["cpu_milli"] > 0
+    assert app["method"]["used"] == app["method"]["configured"] == "vpa"
+    assert app["method"]["explanation"]["target_memory_percentile"] == 0.9
 
 
 @pytest.mark.parametrize("confidence, expected", [(0.0, True), (0.99, True), (1.0, False), (7.5, False)])

@@ -58,6 +58,33 @@ def test_the_default_method_and_a_workload_of_its_own():
         RecommenderState(method="crane")
 
 
+def test_the_result_says_which_method_gave_the_target_and_why():
+    state = RecommenderState()
+    feed(state)
+    c = state.recommend(WL).containers[0]
+    assert (c.method, c.configured_method) == ("vpa", "vpa")
+    assert c.explanation["target_cpu_percentile"] == 0.9 and c.explanation["safety_margin"] == 0.15
+    # set to the window: VPA's target stands until the window has samples of its own, and says so
+    state.set_method(WL, "autopilot-window")
+    c = state.recommend(WL).containers[0]
+    assert (c.method, c.configured_method) == ("vpa", "autopilot-window")
+    state.add(UsageSample(KEY, "pod-1", T0 + 60 * 400, 1.0, 2e9, 1.0, 2e9))
+    c = state.recommend(WL).containers[0]
+    assert (c.method, c.configured_method) == ("autopilot-window", "autopilot-window")
+    cpu, memory = c.explanation["cpu"], c.explanation["memory"]
+    assert (cpu["statistic"], cpu["percentile"], memory["percentile"]) == ("percentile", 0.95, 0.98)
+    # the explained limit is the target (in cores; the target in milli-cores, truncated)
+    assert int(cpu["limit"] * 1000) == c.estimate.target.cpu_milli
+    # memory takes one peak per closed 5-minute window: none yet, so the limit is 0 and the
+    # target is the container's share of the per-pod minimum, which the explanation names
+    assert memory["limit"] == 0.0 and c.estimate.target.memory_bytes == 250 * 2**20
+    assert c.explanation["minimums"] == {"cpu_milli": 25, "memory_bytes": 250 * 2**20}
+    for i in range(1, 12):  # a window closes
+        state.add(UsageSample(KEY, "pod-1", T0 + 60 * (400 + i), 1.0, 2e9, 1.0, 2e9))
+    c = state.recommend(WL).containers[0]
+    assert int(c.explanation["memory"]["limit"]) == c.estimate.target.memory_bytes > 2e9
+
+
 def test_a_method_state_survives_the_checkpoint():
     state = RecommenderState()
     state.set_method(WL, "autopilot-ml")

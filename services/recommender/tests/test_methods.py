@@ -81,6 +81,26 @@ def test_window_max_over_the_last_windows_rises_at_once_and_falls_by_half_life()
     assert m.value(st, T0 + 4000)[0] == 7.0  # a rise takes effect at once
 
 
+@pytest.mark.parametrize(("settings", "values", "expected"), [
+    # S_max over 2 windows + 20 %: windows 2, 5, 1 -> the peak of [5, 1] is 5, the limit 6
+    ({"statistic": "max", "max_windows": 2, "margin": 0.2}, (2.0, 5.0, 1.0),
+     {"statistic": "max", "margin": 0.2, "fall_half_life_s": 3600.0, "max_windows": 2, "window_s": 300.0,
+      "statistic_value": 5.0, "limit": 6.0}),
+    # the rise headroom: window peaks 1, 3 (a rise of 2), 3 -> S_max 3 + 1 x 2
+    ({"statistic": "max", "max_windows": 12, "rise_headroom": 1.0, "half_life_s": 1e12}, (1.0, 3.0, 3.0),
+     {"statistic": "max", "margin": 0.0, "fall_half_life_s": 3600.0, "max_windows": 12, "window_s": 300.0,
+      "statistic_value": 3.0, "rise_headroom": 1.0, "largest_rise": 2.0, "limit": 5.0}),
+])
+def test_window_explains_its_statistic_and_limit(settings, values, expected):
+    m = window_model(**settings)
+    st = m.new_state()
+    assert m.explain(st)["limit"] is None  # nothing recommended yet
+    for i, v in enumerate(values):
+        m.add(st, T0 + 300 * i, v)
+    m.value(st, T0 + 300 * len(values))
+    assert m.explain(st) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("pushed, size, peaks, kept, expanded", [
     # 5 3 4 1 2 over 3: 4 evicts 3, then 5 ages out; 2 evicts 1; the last three are 4 1 2
     ([5, 3, 4, 1, 2], 3, [5, 5, 5, 4, 4], [4, 2], [4, 2, 2]),
@@ -220,6 +240,16 @@ def test_ensemble_model_costs_and_choice_on_three_models():
     assert st.cost == pytest.approx([0.2505, 0.003477133296986764, 0.008982849972740074], rel=1e-5)
     assert st.model == 1
     assert lim == pytest.approx(1.5 * END_4, rel=1e-6)
+    # what the API shows: every model's limit and decayed cost, the one chosen, the weights
+    why = m.explain(st)
+    assert why["chosen_model"] == 1 and why["limit"] == pytest.approx(1.5 * END_4, rel=1e-6)
+    assert [(x["half_life_s"], x["margin"]) for x in why["models"]] == [(1e12, 0.0), (1e12, 0.5), (1e12, 1.0)]
+    assert [x["limit"] for x in why["models"]] == pytest.approx([END_4, 1.5 * END_4, 2 * END_4], rel=1e-6)
+    assert [x["decayed_cost"] for x in why["models"]] == pytest.approx([0.2505, 0.003477, 0.008983], abs=1e-6)
+    assert why["weights"]["w_under"] == 0.1 and why["underrun"] == "share of the limit"
+    assert m.explain(st) == why  # reading it changes nothing
+    fresh = m.explain(m.new_state())
+    assert fresh["chosen_model"] is None and fresh["limit"] is None and fresh["models"][0]["limit"] is None
 
 
 def test_ensemble_model_keeps_its_limit_when_moving_saves_less_than_the_change_cost():

@@ -85,16 +85,25 @@ def pods_table(items: list[Mapping[str, Any]]) -> Table:
 
 
 def recommendations_table(items: list[Mapping[str, Any]]) -> Table:
-    t = _table("recommendations", ("workload", "container", "current", "target", "confidence", "savings"))
+    t = _table("recommendations", ("workload", "container", "method", "current", "target", "confidence", "savings"))
     for w in items:
         for c in w.get("containers", []):
             rec = c.get("recommendation") or {}
             # less than a day of history: shown, marked, and not counted in the savings total
             mark = " [yellow]provisional[/]" if c.get("provisional") else ""
             t.add_row(f"{w.get('namespace')}/{w.get('kind')}/{w.get('name')}", str(c.get("container")),
-                      res(c.get("current_requests")), res(rec.get("target")), f"{rec.get('confidence', 0):.2f}{mark}",
-                      res(c.get("estimated_savings")))  # fmt: skip
+                      method_cell(c.get("method")), res(c.get("current_requests")), res(rec.get("target")),
+                      f"{rec.get('confidence', 0):.2f}{mark}", res(c.get("estimated_savings")))  # fmt: skip
     return t
+
+
+def method_cell(method: Mapping[str, Any] | None) -> str:
+    """The method behind the target; a workload set to another method that has no samples of
+    its own yet shows VPA's target, and says so."""
+    if not method:
+        return "-"
+    used, configured = method.get("used", "-"), method.get("configured")
+    return used if not configured or configured == used else f"{used} (set: {configured}, no samples of its own yet)"
 
 
 def provisional_count(items: list[Mapping[str, Any]]) -> int:

@@ -82,6 +82,9 @@ def _container(c: ContainerResult) -> dict[str, Any]:
         },
         "samples": c.total_samples,
         "last_sample_ts": c.last_sample_ts,
+        # the method behind the target and what it was made of; a workload set to another
+        # method shows VPA's until that method has samples of its own
+        "method": {"used": c.method, "configured": c.configured_method, "explanation": c.explanation},
     }
 
 

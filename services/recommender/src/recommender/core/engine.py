@@ -54,6 +54,12 @@ class ContainerResult:
     diurnal_memory: list[float | None]
     total_samples: int
     last_sample_ts: float | None
+    # which method's recommendation the target is (the workload's method, or VPA's until that
+    # method has samples of its own), the method the workload is set to, and what the
+    # recommendation was made of (`Recommender.explain`)
+    method: str = "vpa"
+    configured_method: str = "vpa"
+    explanation: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ class RecommenderState:
     ) -> None:
         self.aggregation = aggregation or AggregationConfig()
         self.estimator = estimator or EstimatorConfig()
+        self._vpa = VPA(self.aggregation, self.estimator)  # explains VPA's targets
         self.change_threshold = change_threshold
         # The method every workload uses unless its own setting names another. VPA's state (the
         # AggregateState) is always kept: it carries the profile, replicas and requests the API
@@ -197,9 +204,15 @@ class RecommenderState:
             st = self.containers[key]
             est = estimate(st, self.estimator, containers_per_pod=len(names))
             # another method's recommendation once it has samples of its own; until then VPA's
+            configured = self.method_of(workload)
             held = self.method_states.get(key)
-            if held is not None and held[0] == self.method_of(workload):
-                est = self._method_estimate((self.methods[held[0]], held[1]), est, now, len(names))
+            if held is not None and held[0] == configured:
+                method = self.methods[held[0]]
+                est = self._method_estimate((method, held[1]), est, now, len(names))
+                used, explanation = held[0], method.explain(held[1])
+            else:
+                used, explanation = VPA.name, self._vpa.explain(st)
+            explanation["minimums"] = self._minimums(len(names))
             current = None
             if st.cpu_request_cores > 0 or st.memory_request_bytes > 0:
                 current = Estimate(round(st.cpu_request_cores * 1000), int(st.memory_request_bytes))
@@ -218,17 +231,25 @@ class RecommenderState:
                     diurnal_memory=diurnal_mem,
                     total_samples=st.total_samples,
                     last_sample_ts=st.last_sample_ts,
+                    method=used,
+                    configured_method=configured,
+                    explanation=explanation,
                 )
             )
         return WorkloadResult(workload, out)
+
+    def _minimums(self, containers: int) -> dict[str, int]:
+        """Each container's share of VPA's per-pod minimums: no target goes below them."""
+        n = max(containers, 1)
+        return {"cpu_milli": _amount(self.estimator.pod_min_cpu_milli / n),
+                "memory_bytes": _amount(self.estimator.pod_min_memory_bytes / n)}
 
     def _method_estimate(self, held: tuple[Recommender, Any], vpa: ContainerEstimate, now: float, containers: int) -> ContainerEstimate:
         """Another method's request as the target, its limit as the upper bound, with the same
         per-pod minimums as VPA's; the confidence stays VPA's history length."""
         rec = held[0].recommend(held[1], now)
-        n = max(containers, 1)
-        min_cpu = _amount(self.estimator.pod_min_cpu_milli / n)
-        min_mem = _amount(self.estimator.pod_min_memory_bytes / n)
+        minimums = self._minimums(containers)
+        min_cpu, min_mem = minimums["cpu_milli"], minimums["memory_bytes"]
         target = Estimate(max(_amount(rec.request.cpu_cores * 1000), min_cpu), max(_amount(rec.request.memory_bytes), min_mem))
         upper = Estimate(max(_amount(rec.limit.cpu_cores * 1000), target.cpu_milli), max(_amount(rec.limit.memory_bytes), target.memory_bytes))
         return ContainerEstimate(target=target, lower_bound=target, upper_bound=upper, confidence=vpa.confidence)

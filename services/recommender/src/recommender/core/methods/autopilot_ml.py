@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..histogram import CPU_SCHEME, MEMORY_SCHEME, BucketScheme
-from .base import PerResource, ResourceModel
+from .base import PerResource, ResourceModel, finite
 from .buckets import ends, mids
 from .window import WINDOW_S, Window
 
@@ -243,6 +243,24 @@ class EnsembleModel(ResourceModel[MLState]):
         self._close(st, t)
         limit = self.decide(st)
         return limit, limit
+
+    def explain(self, st: MLState) -> dict:
+        """Every model's limit in force and decayed cost, the one the ensemble chose, and the
+        weights it chose by."""
+        s = self.s
+        models = [
+            {"half_life_s": s.half_lives_s[row], "margin": margin,
+             "limit": finite(st.limits[m]) if st.k[m] >= 0 else None, "decayed_cost": finite(st.cost[m])}
+            for m, (row, margin) in enumerate(s.models)
+        ]  # fmt: skip
+        return {
+            "chosen_model": st.model if st.model >= 0 else None,
+            "limit": finite(st.last) if st.model >= 0 else None,
+            "models": models,
+            "weights": {"w_over": s.w_over, "w_under": s.w_under, "w_limit_change": s.w_limit_change,
+                        "w_model_change": s.w_model_change, "cost_decay": s.cost_decay},
+            "underrun": "share of the limit" if not s.underrun_unit else f"in units of {s.underrun_unit:g}",
+        }  # fmt: skip
 
     # ------------------------------------------------------------------ checkpoint
 

@@ -38,7 +38,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..histogram import CPU_SCHEME, MEMORY_SCHEME, BucketScheme, DecayingHistogram
-from .base import PerResource, ResourceModel
+from .base import PerResource, ResourceModel, finite
 from .buckets import mids, percentile_value
 from .window import WINDOW_S, SlidingMax, Window
 
@@ -150,6 +150,25 @@ class MovingWindow(ResourceModel[WindowState]):
             limit = max(raw, held)
         st.limit, st.limit_ts = limit, t
         return limit, limit
+
+    def explain(self, st: WindowState) -> dict:
+        """The statistic as it stands, the margin and rise headroom over it, and the limit last
+        given (above statistic x (1 + margin) + headroom while a drop is still falling slowly)."""
+        s = self.s
+        out: dict = {"statistic": s.statistic, "margin": s.margin, "fall_half_life_s": s.fall_half_life_s}
+        if s.statistic == "max":
+            out["max_windows"] = s.max_windows
+            out["window_s"] = s.window_s
+        else:
+            out["half_life_s"] = s.half_life_s
+            if s.statistic == "percentile":
+                out["percentile"] = s.percentile
+        out["statistic_value"] = finite(self.statistic(st))
+        if s.rise_headroom:
+            out["rise_headroom"] = s.rise_headroom
+            out["largest_rise"] = finite(st.rise_at(st.limit_ts, s.half_life_s)) if st.limit_ts > -math.inf else None
+        out["limit"] = finite(st.limit) if st.limit_ts > -math.inf else None
+        return out
 
     def save(self, st: WindowState) -> bytes:
         ts = math.nan if st.limit_ts == -math.inf else st.limit_ts

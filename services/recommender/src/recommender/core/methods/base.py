@@ -7,10 +7,14 @@ container, and the state can be saved to bytes and loaded back with the same rec
 
 Methods that treat CPU and memory alike apart from their settings are built from two
 `ResourceModel`s (one per resource) by `PerResource`.
+
+`explain` says what the last recommendation was made of (the settings and the figures behind
+it), read off the state without changing it: what the service's API shows beside the target.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -68,6 +72,10 @@ class Recommender(ABC, Generic[S]):
     @abstractmethod
     def load(self, data: bytes) -> S: ...
 
+    def explain(self, state: S) -> dict[str, Any]:
+        """The settings and figures behind the last recommendation (JSON values)."""
+        return {}
+
 
 class ResourceModel(ABC, Generic[S]):
     """One resource's half of a method: values in, (request, limit) out."""
@@ -88,6 +96,10 @@ class ResourceModel(ABC, Generic[S]):
     @abstractmethod
     def load(self, data: bytes) -> tuple[S, int]:
         """The state and the number of bytes it took."""
+
+    def explain(self, state: S) -> dict[str, Any]:
+        """The settings and figures behind the last value (in the resource's units: cores, bytes)."""
+        return {}
 
 
 @dataclass(slots=True)
@@ -131,3 +143,11 @@ class PerResource(Recommender[PairState]):
             raise ValueError("checkpoint: the CPU state does not end where its length says")
         memory, _ = self.memory.load(data[off + n :])
         return PairState(cpu, memory)
+
+    def explain(self, state: PairState) -> dict[str, Any]:
+        return {"cpu": self.cpu.explain(state.cpu), "memory": self.memory.explain(state.memory)}
+
+
+def finite(x: float, digits: int = 6) -> float | None:
+    """A figure for an explanation: rounded, None where it is not a number (no limit yet)."""
+    return round(float(x), digits) if math.isfinite(x) else None

@@ -33,6 +33,14 @@ class VPA(Recommender[AggregateState]):
         amounts = Amounts(target.cpu_milli / 1000.0, float(target.memory_bytes))
         return Recommendation(amounts, amounts)
 
+    def explain(self, state: AggregateState) -> dict:
+        """VPA's settings; the figures behind its target are the history's own percentiles,
+        which the service shows as the container's profile."""
+        e = self.estimator
+        return {"target_cpu_percentile": e.target_cpu_percentile, "target_memory_percentile": e.target_memory_percentile,
+                "safety_margin": e.safety_margin, "cpu_half_life_s": self.aggregation.cpu_half_life_s,
+                "memory_half_life_s": self.aggregation.memory_half_life_s}  # fmt: skip
+
     def save(self, state: AggregateState) -> bytes:
         return state.save()
 
