@@ -312,6 +312,7 @@ def test_recommendations_marked_provisional_and_left_out_of_savings(loaded):
     # 40 minutes of history: every recommendation is provisional, marked, and none is counted
     assert rows.count() == page.locator("#recommendation-table tbody tr.provisional").count() > 0
     assert all(rows.nth(i).locator("td").nth(6).inner_text() == "provisional" for i in range(rows.count()))
+    assert all(rows.nth(i).locator("td").nth(7).inner_text() == "vpa" for i in range(rows.count()))
     savings = page.evaluate("window.koord.savings")
     assert (savings["cpu_milli"], savings["memory_bytes"]) == (0, 0) and savings["provisional"] == rows.count()
     assert page.inner_text("#savings") == f"estimated savings 0.0 cores, 0.0 GiB ({rows.count()} provisional not counted)"

@@ -353,8 +353,17 @@
           status.textContent = "provisional";
           status.title = "less than a day of history: not counted in the estimated savings";
         }
+        // the method behind the target; one set but without samples of its own yet shows VPA's
+        const m = c.method || {};
+        const method = document.createElement("span");
+        method.textContent = m.used || "-";
+        if (m.configured && m.configured !== m.used) {
+          method.textContent += ` (set: ${m.configured})`;
+          method.title = `${m.configured} has no samples of its own yet: ${m.used}'s target stands`;
+        }
         const tr = row(tbody, [`${w.namespace}/${w.kind}/${w.name}`, c.container, fmtRes(c.current_requests),
-          fmtRes(c.recommendation.target), c.recommendation.confidence.toFixed(2), fmtRes(c.estimated_savings), status]);
+          fmtRes(c.recommendation.target), c.recommendation.confidence.toFixed(2), fmtRes(c.estimated_savings), status,
+          method]);
         if (c.provisional) tr.classList.add("provisional");
       }
     }
