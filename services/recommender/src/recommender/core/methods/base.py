@@ -72,9 +72,9 @@ class Recommender(ABC, Generic[S]):
     @abstractmethod
     def load(self, data: bytes) -> S: ...
 
+    @abstractmethod
     def explain(self, state: S) -> dict[str, Any]:
         """The settings and figures behind the last recommendation (JSON values)."""
-        return {}
 
 
 class ResourceModel(ABC, Generic[S]):
@@ -97,9 +97,9 @@ class ResourceModel(ABC, Generic[S]):
     def load(self, data: bytes) -> tuple[S, int]:
         """The state and the number of bytes it took."""
 
+    @abstractmethod
     def explain(self, state: S) -> dict[str, Any]:
         """The settings and figures behind the last value (in the resource's units: cores, bytes)."""
-        return {}
 
 
 @dataclass(slots=True)
