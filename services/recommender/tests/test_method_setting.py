@@ -64,6 +64,11 @@ def test_the_result_says_which_method_gave_the_target_and_why():
     c = state.recommend(WL).containers[0]
     assert (c.method, c.configured_method) == ("vpa", "vpa")
     assert c.explanation["target_cpu_percentile"] == 0.9 and c.explanation["safety_margin"] == 0.15
+    # the target is the histogram's p90 plus 15 %, each step truncated as VPA's estimator does
+    cpu_milli = int(c.explanation["cpu_at_percentile"] * 1000)
+    assert c.estimate.target.cpu_milli == cpu_milli + int(cpu_milli * 0.15)
+    memory = c.explanation["memory_at_percentile"]
+    assert c.estimate.target.memory_bytes == memory + int(memory * 0.15)
     # set to the window: VPA's target stands until the window has samples of its own, and says so
     state.set_method(WL, "autopilot-window")
     c = state.recommend(WL).containers[0]

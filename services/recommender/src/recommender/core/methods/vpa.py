@@ -34,12 +34,16 @@ class VPA(Recommender[AggregateState]):
         return Recommendation(amounts, amounts)
 
     def explain(self, state: AggregateState) -> dict:
-        """VPA's settings; the figures behind its target are the history's own percentiles,
-        which the service shows as the container's profile."""
-        e = self.estimator
-        return {"target_cpu_percentile": e.target_cpu_percentile, "target_memory_percentile": e.target_memory_percentile,
-                "safety_margin": e.safety_margin, "cpu_half_life_s": self.aggregation.cpu_half_life_s,
-                "memory_half_life_s": self.aggregation.memory_half_life_s}  # fmt: skip
+        """The percentile of each decaying histogram the target is (CPU in cores, memory in bytes:
+        the daily peaks, OOM bumps included), the margin over it, and the half-lives; the
+        target is each value plus the margin, truncated, and not below the minimums."""
+        e, a = self.estimator, self.aggregation
+        (cpu,) = state.cpu.percentiles((e.target_cpu_percentile,))
+        (memory,) = state.memory.percentiles((e.target_memory_percentile,))
+        return {"target_cpu_percentile": e.target_cpu_percentile, "cpu_at_percentile": round(cpu, 6),
+                "target_memory_percentile": e.target_memory_percentile, "memory_at_percentile": int(memory),
+                "safety_margin": e.safety_margin, "cpu_half_life_s": a.cpu_half_life_s,
+                "memory_half_life_s": a.memory_half_life_s}  # fmt: skip
 
     def save(self, state: AggregateState) -> bytes:
         return state.save()
