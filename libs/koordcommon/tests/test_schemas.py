@@ -62,6 +62,7 @@ EXAMPLES = [
         containers=[ContainerRecommendation(
             container="app", target=R(250, 256 << 20), lower_bound=R(200, 200 << 20), upper_bound=R(400, 512 << 20),
             profiles=[UsageProfile(window_s=3600, p90=R(240, 250 << 20))], diurnal_cpu_milli=list(range(24)),
+            method="autopilot-ml-units",
         )],
     ),
     Event(kind="evict", node="n1", action="evict", reason="memory above 70%", target={"namespace": "b", "name": "p"}),

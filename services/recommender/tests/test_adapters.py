@@ -70,6 +70,7 @@ def test_message_shape(metric_samples):
     hour = next(p for p in app.profiles if p.window_s == 3600)
     assert hour.p50.cpu_milli <= hour.p90.cpu_milli <= hour.p99.cpu_milli <= hour.max.cpu_milli == 660
     assert len(app.diurnal_cpu_milli) == 24 and app.diurnal_cpu_milli[0] > 0
+    assert app.method == "vpa"  # whose recommendation the target is
     assert msg.encode()  # valid on the wire
 
 

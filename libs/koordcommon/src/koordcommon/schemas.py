@@ -494,6 +494,9 @@ class ContainerRecommendation(Payload):
     profiles: list[UsageProfile] = []
     diurnal_cpu_milli: list[int] = []  # 24 hourly p90 buckets
     diurnal_memory_bytes: list[int] = []
+    # the recommender method whose recommendation the target is ("": not said, as in messages
+    # from before the field); the service's API has the whole explanation
+    method: str = ""
 
 
 class Recommendation(Message):

@@ -140,6 +140,7 @@ def to_message(result: WorkloadResult) -> schemas.Recommendation:
                 profiles=_profiles(c),
                 diurnal_cpu_milli=_diurnal(c.diurnal_cpu, 1000.0),
                 diurnal_memory_bytes=_diurnal(c.diurnal_memory, 1.0),
+                method=c.method,
             )
             for c in result.containers
         ],
