@@ -343,17 +343,16 @@ class Oracle:
         hindsight, the over-rate budget shared among the containers."""
         if not self.family_request.size:
             return Point(math.nan, math.nan, 0.0)
-        n = int(self.n.sum())
-        j = pooled_window_choice(self.family_request, self.family_over, n, rate)
+        j = pooled_window_choice(self.family_request, self.family_over, int(self.n.sum()), rate)
         rows = np.arange(j.size)
-        total_req = float(self.family_request[rows, j].sum())
-        over = int(self.family_over[rows, j].sum())
-        slack = (total_req - self.used) / total_req if total_req > 0 else math.nan
-        return Point(slack, over / n if n else math.nan, total_req / n if n else 0.0)
+        return self._totals(float(self.family_request[rows, j].sum()), int(self.family_over[rows, j].sum()))
 
     def _point(self, req: np.ndarray) -> Point:
-        total_req = float((req * self.n).sum())
         over = sum(int(u.size - np.searchsorted(u, r, side="right")) for u, r in zip(self.usage, req))
+        return self._totals(float((req * self.n).sum()), over)
+
+    def _totals(self, total_req: float, over: int) -> Point:
+        """The point of requests summing to `total_req` over every scored interval, `over` of them above."""
         n = int(self.n.sum())
         slack = (total_req - self.used) / total_req if total_req > 0 else math.nan
         return Point(slack, over / n if n else math.nan, total_req / n if n else 0.0)
