@@ -61,7 +61,8 @@ def test_the_default_method_and_a_workload_of_its_own():
 def test_the_result_says_which_method_gave_the_target_and_why():
     state = RecommenderState()
     feed(state)
-    c = state.recommend(WL).containers[0]
+    assert state.recommend(WL).containers[0].explanation == {}  # only when asked for: publishing needs none
+    c = state.recommend(WL, explain=True).containers[0]
     assert (c.method, c.configured_method) == ("vpa", "vpa")
     assert c.explanation["target_cpu_percentile"] == 0.9 and c.explanation["safety_margin"] == 0.15
     # the target is the histogram's p90 plus 15 %, each step truncated as VPA's estimator does
@@ -71,10 +72,10 @@ def test_the_result_says_which_method_gave_the_target_and_why():
     assert c.estimate.target.memory_bytes == memory + int(memory * 0.15)
     # set to the window: VPA's target stands until the window has samples of its own, and says so
     state.set_method(WL, "autopilot-window")
-    c = state.recommend(WL).containers[0]
+    c = state.recommend(WL, explain=True).containers[0]
     assert (c.method, c.configured_method) == ("vpa", "autopilot-window")
     state.add(UsageSample(KEY, "pod-1", T0 + 60 * 400, 1.0, 2e9, 1.0, 2e9))
-    c = state.recommend(WL).containers[0]
+    c = state.recommend(WL, explain=True).containers[0]
     assert (c.method, c.configured_method) == ("autopilot-window", "autopilot-window")
     cpu, memory = c.explanation["cpu"], c.explanation["memory"]
     assert (cpu["statistic"], cpu["percentile"], memory["percentile"]) == ("percentile", 0.95, 0.98)
@@ -86,7 +87,7 @@ def test_the_result_says_which_method_gave_the_target_and_why():
     assert c.explanation["minimums"] == {"cpu_milli": 25, "memory_bytes": 250 * 2**20}
     for i in range(1, 12):  # a window closes
         state.add(UsageSample(KEY, "pod-1", T0 + 60 * (400 + i), 1.0, 2e9, 1.0, 2e9))
-    c = state.recommend(WL).containers[0]
+    c = state.recommend(WL, explain=True).containers[0]
     assert int(c.explanation["memory"]["limit"]) == c.estimate.target.memory_bytes > 2e9
 
 

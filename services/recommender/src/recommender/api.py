@@ -122,7 +122,7 @@ def list_recommendations(
         and (name is None or k.name == name)
     ]
     page = keys[offset : offset + limit]
-    items = [workload_json(r) for r in (state.recommend(k) for k in page) if r is not None]
+    items = [workload_json(r) for r in (state.recommend(k, explain=True) for k in page) if r is not None]
     return {"items": items, "total": len(keys), "limit": limit, "offset": offset}
 
 
@@ -131,7 +131,7 @@ def get_recommendation(request: Request, namespace: str, kind: str, name: str) -
     state = _state(request)
     for k in state.workloads():
         if k.namespace == namespace and k.kind.lower() == kind.lower() and k.name == name:
-            result = state.recommend(k)
+            result = state.recommend(k, explain=True)
             if result is not None:
                 return workload_json(result)
     raise HTTPException(404, f"no recommendation for {WorkloadKey(namespace, kind, name)}")

@@ -193,7 +193,9 @@ class RecommenderState:
     def workloads(self) -> list[WorkloadKey]:
         return sorted(self._by_workload)
 
-    def recommend(self, workload: WorkloadKey, now: float | None = None) -> WorkloadResult | None:
+    def recommend(self, workload: WorkloadKey, now: float | None = None, explain: bool = False) -> WorkloadResult | None:
+        """The workload's recommendation; `explain`: with what each target was made of (the
+        API shows it; publishing needs only which method gave it)."""
         names = self._by_workload.get(workload)
         if not names:
             return None
@@ -206,13 +208,13 @@ class RecommenderState:
             # another method's recommendation once it has samples of its own; until then VPA's
             configured = self.method_of(workload)
             held = self.method_states.get(key)
+            method, method_state = self._vpa, st
             if held is not None and held[0] == configured:
-                method = self.methods[held[0]]
-                est = self._method_estimate((method, held[1]), est, now, len(names))
-                used, explanation = held[0], method.explain(held[1])
-            else:
-                used, explanation = VPA.name, self._vpa.explain(st)
-            explanation["minimums"] = self._minimums(len(names))
+                method, method_state = self.methods[held[0]], held[1]
+                est = self._method_estimate((method, method_state), est, now, len(names))
+            explanation = {}
+            if explain:
+                explanation = method.explain(method_state) | {"minimums": self._minimums(len(names))}
             current = None
             if st.cpu_request_cores > 0 or st.memory_request_bytes > 0:
                 current = Estimate(round(st.cpu_request_cores * 1000), int(st.memory_request_bytes))
@@ -231,7 +233,7 @@ class RecommenderState:
                     diurnal_memory=diurnal_mem,
                     total_samples=st.total_samples,
                     last_sample_ts=st.last_sample_ts,
-                    method=used,
+                    method=method.name,
                     configured_method=configured,
                     explanation=explanation,
                 )
