@@ -208,9 +208,9 @@ class RecommenderState:
             # another method's recommendation once it has samples of its own; until then VPA's
             configured = self.method_of(workload)
             held = self.method_states.get(key)
-            method, method_state = self._vpa, st
+            used, method, method_state = VPA.name, self._vpa, st
             if held is not None and held[0] == configured:
-                method, method_state = self.methods[held[0]], held[1]
+                used, method, method_state = held[0], self.methods[held[0]], held[1]
                 est = self._method_estimate((method, method_state), est, now, len(names))
             explanation = {}
             if explain:
@@ -233,7 +233,7 @@ class RecommenderState:
                     diurnal_memory=diurnal_mem,
                     total_samples=st.total_samples,
                     last_sample_ts=st.last_sample_ts,
-                    method=method.name,
+                    method=used,
                     configured_method=configured,
                     explanation=explanation,
                 )
