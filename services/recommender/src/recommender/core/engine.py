@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .aggregate import AggregateState, AggregationConfig, OOMDiscarded, pod_key
-from .estimator import ContainerEstimate, Estimate, EstimatorConfig, _amount, changed_beyond, estimate, savings
+from .estimator import (
+    ContainerEstimate,
+    Estimate,
+    EstimatorConfig,
+    _amount,
+    changed_beyond,
+    container_minimums,
+    estimate,
+    savings,
+)
 from .methods import METHODS, VPA, Recommender, Sample
 from .profile import Stats
 from .workload import ContainerKey, WorkloadKey
@@ -214,7 +223,9 @@ class RecommenderState:
                 est = self._method_estimate((method, method_state), est, now, len(names))
             explanation = {}
             if explain:
-                explanation = method.explain(method_state) | {"minimums": self._minimums(len(names))}
+                floor = container_minimums(self.estimator, len(names))
+                explanation = method.explain(method_state) | {
+                    "minimums": {"cpu_milli": floor.cpu_milli, "memory_bytes": floor.memory_bytes}}
             current = None
             if st.cpu_request_cores > 0 or st.memory_request_bytes > 0:
                 current = Estimate(round(st.cpu_request_cores * 1000), int(st.memory_request_bytes))
@@ -240,18 +251,12 @@ class RecommenderState:
             )
         return WorkloadResult(workload, out)
 
-    def _minimums(self, containers: int) -> dict[str, int]:
-        """Each container's share of VPA's per-pod minimums: no target goes below them."""
-        n = max(containers, 1)
-        return {"cpu_milli": _amount(self.estimator.pod_min_cpu_milli / n),
-                "memory_bytes": _amount(self.estimator.pod_min_memory_bytes / n)}
-
     def _method_estimate(self, held: tuple[Recommender, Any], vpa: ContainerEstimate, now: float, containers: int) -> ContainerEstimate:
         """Another method's request as the target, its limit as the upper bound, with the same
         per-pod minimums as VPA's; the confidence stays VPA's history length."""
         rec = held[0].recommend(held[1], now)
-        minimums = self._minimums(containers)
-        min_cpu, min_mem = minimums["cpu_milli"], minimums["memory_bytes"]
+        floor = container_minimums(self.estimator, containers)
+        min_cpu, min_mem = floor.cpu_milli, floor.memory_bytes
         target = Estimate(max(_amount(rec.request.cpu_cores * 1000), min_cpu), max(_amount(rec.request.memory_bytes), min_mem))
         upper = Estimate(max(_amount(rec.limit.cpu_cores * 1000), target.cpu_milli), max(_amount(rec.limit.memory_bytes), target.memory_bytes))
         return ContainerEstimate(target=target, lower_bound=target, upper_bound=upper, confidence=vpa.confidence)

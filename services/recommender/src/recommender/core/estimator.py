@@ -82,11 +82,16 @@ def _with_margin(amount: int, margin: float) -> int:
     return _amount(amount + _amount(amount * margin))
 
 
+def container_minimums(cfg: EstimatorConfig, containers_per_pod: int = 1) -> Estimate:
+    """Each container's share of the per-pod minimums: no target goes below them."""
+    n = max(containers_per_pod, 1)
+    return Estimate(_amount(cfg.pod_min_cpu_milli / n), _amount(cfg.pod_min_memory_bytes / n))
+
+
 def estimate(state: AggregateState, cfg: EstimatorConfig = EstimatorConfig(), containers_per_pod: int = 1) -> ContainerEstimate:
     conf = confidence(state, cfg)
-    n = max(containers_per_pod, 1)
-    min_cpu = _amount(cfg.pod_min_cpu_milli / n)
-    min_mem = _amount(cfg.pod_min_memory_bytes / n)
+    floor = container_minimums(cfg, containers_per_pod)
+    min_cpu, min_mem = floor.cpu_milli, floor.memory_bytes
 
     cpu_ps = state.cpu.percentiles((cfg.target_cpu_percentile, cfg.lower_cpu_percentile, cfg.upper_cpu_percentile))
     mem_ps = state.memory.percentiles(
