@@ -98,3 +98,37 @@ def test_options_and_flags_have_no_python_type_labels(command):
     assert r.exit_code == 0
     options = [line for line in r.stdout.splitlines() if re.match(r"\W*--", line)]
     assert options and not any(re.search(r"<(bool|str|int|float|path)>", line) for line in options), r.stdout
+
+
+def test_explain_recommendation_from_the_recommender(recommender_url):
+    api = httpx.get(recommender_url + "/api/v1/recommendations/shop/Deployment/web").json()
+    r = runner.invoke(app, ["explain", "recommendation", "shop/Deployment/web", "--recommender", recommender_url])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == "workload shop/Deployment/web: 1 container(s)"
+    (c,) = api["containers"]
+    x, tgt = c["method"]["explanation"], c["recommendation"]["target"]
+    assert lines[2] == "container main: method vpa"
+    # the histogram's p90 and the target the recommender gave, as the API holds them
+    cpu = next(line for line in lines if line.startswith("  cpu: "))
+    at = f"{x['cpu_at_percentile']:.3f}".rstrip("0").rstrip(".")
+    assert cpu == (f"  cpu: p90 of the CPU usage histogram (weights halve every 24 h) = {at} cores; "
+                   f"+ safety margin 15 %: target {tgt['cpu_milli'] / 1000:g} cores")  # fmt: skip
+    assert lines[-1].startswith("  minimums: no target below this container's share of the per-pod minimums")
+    # -o json is the recommender's answer; -n names the namespace of kind/name
+    same = runner.invoke(app, ["explain", "recommendation", "Deployment/web", "-n", "shop", "-o", "json",
+                               "--recommender", recommender_url])  # fmt: skip
+    assert same.exit_code == 0 and json.loads(same.stdout) == api
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["shop/Deployment/nowhere"], "answered 404 no recommendation for shop/Deployment/nowhere"),
+        (["shop/Deployment/web", "-c", "sidecar"], "shop/Deployment/web has no container 'sidecar' (its containers: main)"),
+        (["web"], "give namespace/kind/name"),
+    ],
+)
+def test_explain_recommendation_errors(recommender_url, args, error):
+    r = runner.invoke(app, ["explain", "recommendation", *args, "--recommender", recommender_url])
+    assert r.exit_code == 2 and error in r.stderr, r.output

@@ -1,5 +1,6 @@
-"""`koordctl explain node NODE` and `koordctl explain pod POD`: why a node offers this much batch,
-why a pod was (not) placed, suppressed or evicted, from the services that decided.
+"""`koordctl explain node NODE`, `koordctl explain pod POD` and `koordctl explain recommendation
+WORKLOAD`: why a node offers this much batch, why a pod was (not) placed, suppressed or evicted,
+and what a workload's recommended requests were made of, from the services that decided.
 
 A node's explanation comes from the metrics-collector, which keeps every NodeResource report of
 the slo-controller with its inputs. A pod's comes from the services that decide about pods,
@@ -8,19 +9,22 @@ per plugin and the score breakdown), the descheduler (its last round's migration
 and its jobs) and, for the node agents' QoS evictions and suppression (the agents run one per
 node and serve no REST of their own), the metrics-collector, which keeps their events with the
 rule's inputs. A service that is not running or not reachable is named in the output; the
-others still answer.
+others still answer. A recommendation comes from the recommender, which names the method behind
+each container's target and the figures it was made of.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import quote
 
 import typer
 
-from . import explain_render
+from . import explain_recommendation, explain_render
 
-explain_app = typer.Typer(help="Why a node offers this much batch; why a pod was filtered, placed or evicted.",
+explain_app = typer.Typer(help="Why a node offers this much batch; why a pod was filtered, placed or evicted; "
+                          "what a workload's recommended requests were made of.",
                           no_args_is_help=True)  # fmt: skip
 # koordctl's shared helpers (service URLs, the HTTP client with the API token, output), handed in
 # by `register` so that this module does not import the cli back
@@ -131,6 +135,50 @@ def explain_pod(
         typer.echo(explain_render.pod_report(data), nl=False)
     if all("error" in a for a in answers.values()):
         raise typer.Exit(2)
+
+
+def split_workload(workload: str, namespace: str) -> tuple[str, str, str]:
+    """`namespace/kind/name`, or `kind/name` in `namespace`."""
+    parts = workload.split("/")
+    if len(parts) == 2:
+        parts = [namespace, *parts]
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(f"workload {workload!r}: give namespace/kind/name (shop/Deployment/web), or kind/name with -n")
+    return parts[0], parts[1], parts[2]
+
+
+@explain_app.command("recommendation")
+def explain_recommendation_cmd(
+    workload: str = typer.Argument(..., help="namespace/kind/name (shop/Deployment/web), or kind/name with -n"),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="the workload's namespace"),
+    container: str | None = typer.Option(None, "--container", "-c", help="only this container"),
+    recommender: str | None = typer.Option(None, help="recommender URL (default: the running demo's)"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+):
+    """Each container's recommended requests with the method that gave them and the figures
+    they were made of: VPA's histogram percentile and safety margin, the moving window's
+    statistic, margin and rise headroom, the ML ensemble's chosen model among its models with
+    their limits and decayed costs; and the per-pod minimums no target goes below."""
+    cli._check_output(output)
+    try:
+        ns, kind, name = split_workload(workload, namespace)
+    except ValueError as exc:
+        raise cli._fail(str(exc), 2) from None
+    path = "/".join(quote(part, safe="") for part in (ns, kind, name))
+    url = cli._service_url("recommender", recommender) + f"/api/v1/recommendations/{path}"
+
+    def body():
+        with cli.http_client() as client:
+            return cli.get_json(client, url)
+
+    data = cli._run(body)
+    if container is not None and not any(c.get("container") == container for c in data.get("containers") or []):
+        known = ", ".join(str(c.get("container")) for c in data.get("containers") or []) or "none"
+        raise cli._fail(f"{ns}/{kind}/{name} has no container {container!r} (its containers: {known})", 2)
+    if output == "json":
+        cli._print_json(data)
+    else:
+        typer.echo(explain_recommendation.recommendation_report(data, container), nl=False)
 
 
 def register(app: typer.Typer, helpers) -> None:
