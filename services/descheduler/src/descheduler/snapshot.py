@@ -68,11 +68,14 @@ def node_states(
     requested: dict[str, list[Resources]] = {}
     # node -> uid -> (pod key, prod): what the usage sums below read of each pod, derived once
     on_node: dict[str, dict[str, tuple[str, bool]]] = {}
+    prods: dict[str, int] = {}  # node -> its active prod pods
     for p in pods:
         if p.node_name and p.is_active:
             f = facts(p)
             requested.setdefault(p.node_name, []).append(f.requests)
             on_node.setdefault(p.node_name, {})[p.uid] = (p.key, f.prod)
+            if f.prod:
+                prods[p.node_name] = prods.get(p.node_name, 0) + 1
     arriving = arriving or {}
     out = []
     for n in nodes:
@@ -82,7 +85,7 @@ def node_states(
         usage = prod = None
         if fresh:
             usage, prod = m.node_usage, Resources()
-            by_key = {key: is_prod for key, is_prod in local.values()}
+            by_key: dict[str, bool] | None = None  # key -> prod: needed only for a pod matched by name
             seen = set()
             for pm in m.pods:
                 if pm.uid in departed:
@@ -92,6 +95,8 @@ def node_states(
                 if hit is not None:
                     key, is_prod = hit
                 else:
+                    if by_key is None:
+                        by_key = {key: is_prod for key, is_prod in local.values()}
                     key = f"{pm.namespace}/{pm.name}"
                     is_prod = by_key.get(key)
                     if is_prod is None:
@@ -99,13 +104,16 @@ def node_states(
                 seen.add(key)
                 if is_prod:
                     prod = prod + pm.usage
-            for key, extra in arriving.items():
-                if key in by_key and key not in seen:
-                    usage = usage + extra
-                    if by_key[key]:
-                        prod = prod + extra
+            if arriving:
+                if by_key is None:
+                    by_key = {key: is_prod for key, is_prod in local.values()}
+                for key, extra in arriving.items():
+                    if key in by_key and key not in seen:
+                        usage = usage + extra
+                        if by_key[key]:
+                            prod = prod + extra
             usage = usage.clamp0()
-        n_pods, n_prod = len(local), sum(1 for _, is_prod in local.values() if is_prod)
+        n_pods, n_prod = len(local), prods.get(n.name, 0)
         out.append(
             NodeState(
                 name=n.name,

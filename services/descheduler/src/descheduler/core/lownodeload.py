@@ -451,7 +451,14 @@ def classify_nodes(pool: NodePool, members: list[NodeState]) -> NodeClasses:
     node of the pool classified (`classify`), the fresh ones grouped by class."""
     fresh = [n for n in members if n.usage is not None]
     percents = pool_percents(pool, fresh)
-    thresholds = {n.name: node_thresholds(percents, n.allocatable) for n in fresh}
+    # one round's thresholds depend on the node's allocatable alone: nodes of one shape share them
+    by_shape: dict[Load, NodeThresholds] = {}
+    thresholds = {}
+    for n in fresh:
+        th = by_shape.get(n.allocatable)
+        if th is None:
+            th = by_shape[n.allocatable] = node_thresholds(percents, n.allocatable)
+        thresholds[n.name] = th
     of = {n.name: classify(pool, n, thresholds.get(n.name)) for n in members}
     by_class: dict[str, list[NodeState]] = {}
     for n in fresh:
