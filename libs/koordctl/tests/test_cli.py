@@ -132,6 +132,7 @@ def test_recommendations_with_savings(recommender_url):
     assert "provisional" in table.stdout and "2 provisional recommendation(s)" in table.stdout
     assert all(c["method"]["used"] == "vpa" for w in data["items"] for c in w["containers"])
     assert "method" in table.stdout and "vpa" in table.stdout
+    assert table.stdout.rstrip().endswith("what a target is made of: koordctl explain recommendation NAMESPACE/KIND/NAME")
 
 
 def test_events_from_the_collector(collector_url):

@@ -448,6 +448,8 @@ def recommendations(
                       f"{render.cores(savings['cpu_milli'])} cores / {render.gib(savings['memory_bytes'])}"
                       + (f" ({pending} provisional recommendation(s), under a day of history, not counted)"
                          if pending else ""))  # fmt: skip
+        if items:
+            console.print("what a target is made of: koordctl explain recommendation NAMESPACE/KIND/NAME")
 
 
 def _load_profile_file(path: Path) -> list[dict]:
