@@ -80,6 +80,8 @@ class Descheduler:
         self.blocked_until: dict[str, float] = {}  # pod uid -> clock time a PDB retry is due
         self.jobs: dict[str, mig.Job] = {}  # pod uid -> job in flight
         self.finished: collections.deque[mig.Job] = collections.deque(maxlen=HISTORY)
+        # (the pod list of a round, its pods by controller): built when a job first looks, once a list
+        self._by_controller: tuple[list[PodRecord], dict] | None = None
         self.departed: dict[str, float] = {}  # uid of a pod we evicted -> when
         self.bucket = mig.TokenBucket(args.limits.evictQPS, args.limits.evictBurst)
         self.object_limiters = mig.ObjectLimiters(args.limits)
@@ -300,16 +302,26 @@ class Descheduler:
             j.reservation_node for j in self.jobs.values()
             if j is not job and j.owner == owner and j.reservation_node and j.phase == mig.WAITING
         }
-        # the workload's own pods first (few), then the oldest of them: a job steps every round,
-        # and sorting every pod of the cluster for it costs more than the rest of the round
+        # the controller's own pods (few), the oldest first: a job steps every round, and going
+        # through every pod of the cluster for each one costs more than the rest of the round
         candidates = sorted(
-            (p for p in pods
-             if p.node_name and p.is_active and _controller_key(p.namespace, p.controller) == owner
-             and p.node_name not in theirs and p.key not in job.siblings and p.key not in claimed),
+            (p for p in self._pods_of(owner, pods)
+             if p.node_name and p.is_active and p.node_name not in theirs and p.key not in job.siblings
+             and p.key not in claimed),
             key=lambda p: (p.created_ms, p.key),
         )  # fmt: skip
         on_reservation = [p for p in candidates if job.reservation_node and p.node_name == job.reservation_node]
         return (on_reservation or candidates or [None])[0]
+
+    def _pods_of(self, controller: tuple[str, str, str] | None, pods: list[PodRecord]) -> list[PodRecord]:
+        """The pods of `pods` whose controller (`_controller_key`) is `controller`; the list is
+        grouped once, when a job first asks about it."""
+        if self._by_controller is None or self._by_controller[0] is not pods:
+            index: dict[tuple[str, str, str] | None, list[PodRecord]] = {}
+            for p in pods:
+                index.setdefault(_controller_key(p.namespace, p.controller), []).append(p)
+            self._by_controller = (pods, index)
+        return self._by_controller[1].get(controller, [])
 
     async def _step(self, job: mig.Job, pod: PodRecord | None, pods: list[PodRecord]) -> None:
         """Advance one job as far as it goes now."""
@@ -365,7 +377,7 @@ class Descheduler:
         if wait > 0:
             await self.sleep(wait)
         owner = _controller_key(pod.namespace, pod.controller)
-        siblings = frozenset(p.key for p in pods if _controller_key(p.namespace, p.controller) == owner)
+        siblings = frozenset(p.key for p in self._pods_of(owner, pods))
         for other in self.jobs.values():
             # a replica that came after another waiting job of this controller was evicted is that
             # job's replacement (or this one's, if it sits on this job's reservation), not a sibling
